@@ -1,0 +1,409 @@
+"""The contract every buffer passes: exact contents, windows, datasets, errors.
+
+Parametrized over every buffer kind (`conftest.KINDS`); the TF buffer runs both
+eagerly and with every call inside `tf.function`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import assert_whole, batch, code, fill, frames, make_buffer, to_numpy, underlying
+
+import tfbuffers
+from tfbuffers import replay_buffer, specs
+
+
+def stored_codes(batch_size: int, first: int, last: int) -> np.ndarray:
+    """Codes of adds first..last (inclusive) for every segment, `[B, T]`."""
+    return code(np.arange(batch_size)[:, None], np.arange(first, last + 1)[None, :])
+
+
+def assert_message(kind, error, message):
+    """Eager messages start with the contract's text; under tf.function autograph adds a traceback first."""
+    if kind == "tf_function":
+        assert f"{type(error).__name__}: {message}" in str(error)
+    else:
+        assert str(error).startswith(message)
+
+
+def test_is_a_replay_buffer(kind):
+    buffer = underlying(make_buffer(kind))
+    assert isinstance(buffer, tfbuffers.ReplayBuffer)
+    assert isinstance(buffer, tf.Module)
+    assert buffer.capacity == 15
+    assert buffer.batch_size == 3
+    assert buffer.max_length == 5
+
+
+def test_adds_before_wrap(kind):
+    buffer = make_buffer(kind)
+    ids = [to_numpy(buffer.add_batch(batch(3, t))).tolist() for t in range(3)]
+    assert ids == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert int(buffer.num_frames()) == 9
+    gathered = to_numpy(buffer.gather_all())
+    np.testing.assert_array_equal(gathered["step"], stored_codes(3, 0, 2))
+    assert_whole(gathered)
+
+
+def test_adds_wrap_around(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 8)
+    assert int(buffer.num_frames()) == 15
+    gathered = to_numpy(buffer.gather_all())
+    np.testing.assert_array_equal(gathered["step"], stored_codes(3, 3, 7))
+    assert gathered["observation"]["pixels"].shape == (3, 5, 2, 2)
+    assert_whole(gathered)
+    assert to_numpy(buffer.add_batch(batch(3, 8))).tolist() == [24, 25, 26]
+
+
+def test_single_frames_are_uniform_over_stored_frames(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 7)  # segments hold adds 2..6
+    items, info = buffer.get_next(sample_batch_size=600)
+    codes = assert_whole(items)
+    ids = to_numpy(info.ids)
+    assert ids.shape == (600,)
+    np.testing.assert_array_equal(ids, (codes % 1000) * 3 + codes // 1000)
+    assert set(codes.tolist()) == set(stored_codes(3, 2, 6).ravel().tolist())
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([600], np.float32(1 / 15)))
+
+
+def test_windows_stay_in_one_segment_and_in_time(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 7)  # segments hold adds 2..6: windows of 3 start at 2, 3, 4
+    items, info = buffer.get_next(sample_batch_size=500, num_steps=3)
+    codes = assert_whole(items)
+    assert codes.shape == (500, 3)
+    np.testing.assert_array_equal(np.diff(codes, axis=1), np.ones([500, 2]))
+    expected_windows = {(c, c + 1, c + 2) for c in code(np.arange(3)[:, None], np.arange(2, 5)[None, :]).ravel()}
+    assert {tuple(w) for w in codes.tolist()} == expected_windows
+    np.testing.assert_array_equal(to_numpy(info.ids), (codes % 1000) * 3 + codes // 1000)
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([500], np.float32(1 / 9)))
+
+
+def test_window_of_max_length_is_the_whole_segment(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 9)
+    items, _ = buffer.get_next(sample_batch_size=50, num_steps=5)
+    codes = assert_whole(items)
+    assert {tuple(w) for w in codes.tolist()} == {tuple(row) for row in stored_codes(3, 4, 8).tolist()}
+
+
+def test_unbatched_and_unstacked_samples(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 4)
+    item, info = buffer.get_next()
+    assert to_numpy(item)["observation"]["pixels"].shape == (2, 2)
+    assert to_numpy(info.ids).shape == ()
+    assert to_numpy(info.probabilities) == np.float32(1 / 12)
+    window, info = buffer.get_next(num_steps=2)
+    codes = assert_whole(window)
+    assert codes.shape == (2,) and codes[1] == codes[0] + 1
+    steps, info = buffer.get_next(sample_batch_size=4, num_steps=3, time_stacked=False)
+    assert isinstance(steps, tuple) and len(steps) == 3
+    assert isinstance(info.ids, tuple) and len(info.ids) == 3
+    codes = np.stack([assert_whole(step) for step in steps], axis=1)
+    np.testing.assert_array_equal(np.diff(codes, axis=1), np.ones([4, 2]))
+    np.testing.assert_array_equal(np.stack(to_numpy(list(info.ids)), axis=1), (codes % 1000) * 3 + codes // 1000)
+
+
+@pytest.mark.parametrize(("num_adds", "num_steps"), [(0, None), (0, 2), (2, 3)])
+def test_sampling_too_few_frames_raises(kind, num_adds, num_steps):
+    buffer = make_buffer(kind)
+    fill(buffer, num_adds)
+    name = type(underlying(buffer)).__name__
+    message = replay_buffer.NOT_ENOUGH_FRAMES.format(buffer=name, num_steps=num_steps or 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+        buffer.get_next(sample_batch_size=2, num_steps=num_steps)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        next(iter(underlying(buffer).as_dataset(2, num_steps)))
+
+
+def test_random_dataset_has_static_specs_and_sees_new_data(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 2)
+    dataset = underlying(buffer).as_dataset(sample_batch_size=4, num_steps=2)
+    # Elements tf.data already prefetched were made before the adds below; with
+    # no prefetching every element reflects the buffer as it is when asked for.
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    dataset = dataset.with_options(options)
+    items_spec, info_spec = dataset.element_spec
+    assert items_spec["observation"]["pixels"] == tf.TensorSpec([4, 2, 2, 2], tf.uint8)
+    assert items_spec["step"] == tf.TensorSpec([4, 2], tf.int64)
+    assert info_spec.ids == tf.TensorSpec([4, 2], tf.int64)
+    assert info_spec.probabilities == tf.TensorSpec([4], tf.float32)
+    iterator = iter(dataset)
+    for _ in range(5):
+        items, info = next(iterator)
+        codes = assert_whole(items)
+        assert set((codes % 1000).ravel().tolist()) <= {0, 1}
+        np.testing.assert_array_equal(info.probabilities.numpy(), np.full([4], np.float32(1 / 3)))
+    fill(buffer, 5, start=2)  # adds 0 and 1 are overwritten now
+    seen = set()
+    for _ in range(40):
+        items, _ = next(iterator)
+        codes = assert_whole(items)
+        np.testing.assert_array_equal(np.diff(codes, axis=1), np.ones([4, 1]))
+        seen |= set((codes % 1000).ravel().tolist())
+    assert seen == {2, 3, 4, 5, 6}
+
+
+def test_parallel_random_dataset(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 9)
+    dataset = underlying(buffer).as_dataset(sample_batch_size=8, num_steps=3, num_parallel_calls=2).prefetch(2)
+    seen = set()
+    for items, _ in dataset.take(40):
+        codes = assert_whole(items)
+        np.testing.assert_array_equal(np.diff(codes, axis=1), np.ones([8, 2]))
+        seen |= {tuple(w) for w in codes.tolist()}
+    assert seen == {(c, c + 1, c + 2) for c in code(np.arange(3)[:, None], np.arange(4, 7)[None, :]).ravel()}
+
+
+def deterministic_ids(buffer, **kwargs):
+    return [to_numpy(info.ids).tolist() for _, info in underlying(buffer).as_dataset(single_deterministic_pass=True, **kwargs)]
+
+
+def test_deterministic_pass_after_wrap_visits_every_frame_once(kind):
+    buffer = make_buffer(kind, batch_size=3, max_length=4)
+    fill(buffer, 6)  # adds 2..5 per segment
+    elements = list(underlying(buffer).as_dataset(single_deterministic_pass=True))
+    codes = [int(assert_whole(items)) for items, _ in elements]
+    assert codes == stored_codes(3, 2, 5).ravel().tolist()
+    assert [int(info.ids) for _, info in elements] == [t * 3 + b for b in range(3) for t in range(2, 6)]
+    assert all(info.probabilities == () for _, info in elements)
+
+
+def test_deterministic_windows_never_mix_segments(kind):
+    buffer = make_buffer(kind, batch_size=3, max_length=4)
+    fill(buffer, 6)
+    windows = [
+        assert_whole(items).tolist() for items, _ in underlying(buffer).as_dataset(num_steps=3, single_deterministic_pass=True)
+    ]
+    assert windows == [[2, 3, 4], [5], [1002, 1003, 1004], [1005], [2002, 2003, 2004], [2005]]
+
+
+def test_deterministic_windows_with_shift_one(kind):
+    buffer = make_buffer(kind, batch_size=2, max_length=4, dataset_window_shift=1)
+    fill(buffer, 5)  # adds 1..4
+    ids = deterministic_ids(buffer, num_steps=2)
+    to_codes = [[(i % 2) * 1000 + i // 2 for i in window] for window in ids]
+    assert to_codes == [[1, 2], [2, 3], [3, 4], [4], [1001, 1002], [1002, 1003], [1003, 1004], [1004]]
+
+
+def test_deterministic_batched_pass(kind):
+    buffer = make_buffer(kind, batch_size=3, max_length=4)
+    fill(buffer, 6)
+    elements = list(underlying(buffer).as_dataset(sample_batch_size=2, num_steps=3, single_deterministic_pass=True))
+    codes = [assert_whole(items).tolist() for items, _ in elements]
+    assert codes == [
+        [[2, 3, 4], [1002, 1003, 1004]],
+        [[5], [1005]],
+        [[2002, 2003, 2004]],
+        [[2005]],
+    ]
+    frames_only = [
+        assert_whole(items).tolist()
+        for items, _ in underlying(buffer).as_dataset(sample_batch_size=2, single_deterministic_pass=True)
+    ]
+    assert frames_only == [[2, 1002], [3, 1003], [4, 1004], [5, 1005], [2002], [2003], [2004], [2005]]
+
+
+def test_deterministic_pass_drop_remainder(kind):
+    buffer = make_buffer(kind, batch_size=3, max_length=4, dataset_drop_remainder=True)
+    fill(buffer, 6)
+    dataset = underlying(buffer).as_dataset(sample_batch_size=2, num_steps=3, single_deterministic_pass=True)
+    assert dataset.element_spec[0]["step"] == tf.TensorSpec([2, 3], tf.int64)
+    assert [assert_whole(items).tolist() for items, _ in dataset] == [[[2, 3, 4], [1002, 1003, 1004]]]
+    with pytest.raises(ValueError, match="sample_batch_size=4 is larger than batch_size=3"):
+        underlying(buffer).as_dataset(sample_batch_size=4, single_deterministic_pass=True)
+
+
+def test_deterministic_pass_reads_the_buffer_when_iterated(kind):
+    buffer = make_buffer(kind, batch_size=2, max_length=3)
+    dataset = underlying(buffer).as_dataset(single_deterministic_pass=True)
+    assert list(dataset) == []
+    fill(buffer, 2)
+    assert [int(info.ids) for _, info in dataset] == [0, 2, 1, 3]
+
+
+def test_sequence_preprocess_fn_is_applied(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 3)
+
+    def only_steps(items):
+        return items["step"] * 2
+
+    dataset = underlying(buffer).as_dataset(sample_batch_size=4, num_steps=2, sequence_preprocess_fn=only_steps)
+    doubled, _ = next(iter(dataset))
+    assert doubled.shape == (4, 2)
+    assert np.all(doubled.numpy() % 2 == 0)
+    np.testing.assert_array_equal(np.diff(doubled.numpy(), axis=1), np.full([4, 1], 2))
+
+
+def test_clear(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 7)
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+    assert to_numpy(buffer.gather_all())["step"].shape == (3, 0)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        buffer.get_next(sample_batch_size=1)
+    assert to_numpy(buffer.add_batch(batch(3, 50))).tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], [[50], [1050], [2050]])
+
+
+def test_checkpoint_round_trip(kind, tmp_path):
+    buffer = make_buffer(kind)
+    fill(buffer, 7)
+    path = tf.train.Checkpoint(buffer=underlying(buffer)).save(str(tmp_path / "ckpt"))
+    restored = make_buffer(kind)
+    fill(restored, 1, start=900)  # something to overwrite
+    tf.train.Checkpoint(buffer=underlying(restored)).restore(path).assert_consumed()
+    assert int(restored.num_frames()) == 15
+    np.testing.assert_array_equal(to_numpy(restored.gather_all())["step"], stored_codes(3, 2, 6))
+    assert to_numpy(restored.add_batch(batch(3, 7))).tolist() == [21, 22, 23]
+    buffer.add_batch(batch(3, 7))
+    expected = to_numpy(buffer.gather_all())
+    actual = to_numpy(restored.gather_all())
+    for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected)):
+        np.testing.assert_array_equal(a, e)
+
+
+def _bad_batches():
+    good = batch(3, 0)
+
+    def edit(fn):
+        items = batch(3, 0)
+        fn(items)
+        return items
+
+    return [
+        (
+            "missing key",
+            edit(lambda d: d.pop("action")),
+            TypeError,
+            specs.MISSING_KEYS.format(path="<root>", missing=["action"], expected=["action", "observation", "step"]),
+        ),
+        (
+            "unexpected key",
+            edit(lambda d: d["observation"].update(depth=np.zeros([3]))),
+            TypeError,
+            specs.UNEXPECTED_KEYS.format(path="observation", unexpected=["depth"], expected=["pixels", "position"]),
+        ),
+        (
+            "not a mapping",
+            edit(lambda d: d.update(observation=(1, 2))),
+            TypeError,
+            "observation: expected a mapping, got tuple",
+        ),
+        (
+            "wrong dtype",
+            edit(lambda d: d["observation"].update(pixels=d["observation"]["pixels"].astype(np.float32))),
+            ValueError,
+            "observation/pixels: expected dtype uint8, got float32",
+        ),
+        (
+            "wrong inner shape",
+            edit(lambda d: d["observation"].update(position=np.zeros([3, 3], np.float32))),
+            ValueError,
+            "observation/position: expected shape (3, 2), got (3, 3)",
+        ),
+        (
+            "wrong rank",
+            edit(lambda d: d.update(step=np.zeros([3, 1], np.int64))),
+            ValueError,
+            "step: expected shape (3,), got (3, 1)",
+        ),
+        (
+            "wrong batch size",
+            edit(lambda d: d.update(action=good["action"][:2])),
+            ValueError,
+            "action: expected leading batch size 3, got 2 (shape (2,))",
+        ),
+        (
+            "lossy python value",
+            edit(lambda d: d.update(action=[1.5, 2.0, 3.0])),
+            ValueError,
+            "action: expected values exactly representable as int32, got float64 [1.5, 2.0, 3.0]",
+        ),
+        (
+            "python int out of range",
+            edit(lambda d: d["observation"].update(pixels=[[[300, 0], [0, 0]]] * 3)),
+            ValueError,
+            "observation/pixels: expected values exactly representable as uint8",
+        ),
+        ("none leaf", edit(lambda d: d.update(step=None)), TypeError, "step: expected an array, tensor or number, got NoneType"),
+        ("not a nest", np.zeros([3]), TypeError, "<root>: expected a mapping, got ndarray"),
+    ]
+
+
+@pytest.mark.parametrize(("name", "items", "error", "message"), _bad_batches(), ids=[c[0] for c in _bad_batches()])
+def test_bad_batches_are_rejected_and_change_nothing(kind, name, items, error, message):
+    buffer = make_buffer(kind)
+    fill(buffer, 6)
+    before = to_numpy(buffer.gather_all())
+    with pytest.raises(error) as raised:
+        buffer.add_batch(items)
+    assert_message(kind, raised.value, message)
+    assert int(buffer.num_frames()) == 15
+    after = to_numpy(buffer.gather_all())
+    for a, b in zip(tf.nest.flatten(after), tf.nest.flatten(before)):
+        np.testing.assert_array_equal(a, b)
+    assert to_numpy(buffer.add_batch(batch(3, 6))).tolist() == [18, 19, 20]
+
+
+def test_exact_python_values_are_accepted(kind):
+    buffer = make_buffer(kind, batch_size=2)
+    items = frames(code(np.arange(2), 0))
+    items["action"] = [0, 1000]
+    items["observation"]["position"] = [[0, 0], [1000, -1000]]
+    buffer.add_batch(items)
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["observation"]["position"][:, 0], [[0, 0], [1000, -1000]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sample_batch_size": 0}, ValueError, "sample_batch_size: expected a positive int or None, got int 0"),
+        ({"sample_batch_size": -2}, ValueError, "sample_batch_size: expected a positive int or None, got int -2"),
+        ({"sample_batch_size": 2.0}, TypeError, "sample_batch_size: expected a positive int or None, got float 2.0"),
+        ({"sample_batch_size": True}, TypeError, "sample_batch_size: expected a positive int or None, got bool True"),
+        ({"num_steps": 0}, ValueError, "num_steps: expected a positive int or None, got int 0"),
+        ({"num_steps": 6}, ValueError, "num_steps: expected at most max_length=5, got 6"),
+    ],
+)
+def test_bad_sampling_arguments(kind, kwargs, error, message):
+    buffer = make_buffer(kind)
+    fill(buffer, 6)
+    with pytest.raises(error) as raised:
+        buffer.get_next(**kwargs)
+    assert_message(kind, raised.value, message)
+    with pytest.raises(error) as raised:
+        underlying(buffer).as_dataset(**kwargs)
+    assert str(raised.value) == message
+    assert int(buffer.num_frames()) == 15
+
+
+def test_bad_dataset_arguments(kind):
+    buffer = underlying(make_buffer(kind))
+    with pytest.raises(ValueError, match="num_parallel_calls: expected a positive int, got int 0"):
+        buffer.as_dataset(num_parallel_calls=0)
+    with pytest.raises(TypeError, match="sequence_preprocess_fn: expected a callable or None, got int 3"):
+        buffer.as_dataset(sequence_preprocess_fn=3)
+
+
+def test_list_specs_come_back_as_tuples_from_datasets(kind):
+    spec = [tf.TensorSpec([], tf.int64), tf.TensorSpec([2], tf.int32)]
+    buffer = make_buffer(kind, batch_size=2, max_length=3, spec=spec)
+    buffer.add_batch([np.array([1, 2]), np.array([[1, 1], [2, 2]], np.int32)])
+    item, _ = buffer.get_next()
+    assert isinstance(item, list)
+    element, _ = next(iter(underlying(buffer).as_dataset(sample_batch_size=3)))
+    assert isinstance(element, tuple)
+    np.testing.assert_array_equal(element[1].numpy()[:, 0], element[0].numpy())

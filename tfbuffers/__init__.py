@@ -1,0 +1,19 @@
+"""tfbuffers: replay buffers for TensorFlow and TF-Agents.
+
+Drop-in replacements for `tf_agents.replay_buffers` that check their input,
+keep every sampled window inside one environment's segment, and share one API
+across an in-graph buffer and a numpy buffer.
+"""
+
+from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
+from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
+
+__all__ = [
+    "BufferInfo",
+    "PyUniformReplayBuffer",
+    "ReplayBuffer",
+    "TFUniformReplayBuffer",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,111 @@
+"""What the TF and numpy uniform buffers share: segments, rings and datasets.
+
+A segmented buffer keeps `batch_size` segments of `max_length` frames (see
+`tfbuffers._ring` for the layout and the ids). Its subclasses provide storage:
+how to write a block, gather rows, read the add counter and draw samples. This
+class builds everything else from those, once.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import tensorflow as tf
+
+from tfbuffers import _deterministic, _ring
+from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, optional_positive_int, positive_int
+
+NOT_A_BOOL = "{name}: expected a bool, got {received}"
+
+
+class SegmentedReplayBuffer(ReplayBuffer):
+    """A buffer of `batch_size` rings of `max_length` frames each."""
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int,
+        *,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+    ) -> None:
+        batch_size = positive_int("batch_size", batch_size)
+        max_length = positive_int("max_length", max_length)
+        dataset_window_shift = optional_positive_int("dataset_window_shift", dataset_window_shift)
+        for name, value in (("dataset_drop_remainder", dataset_drop_remainder), ("stateful_dataset", stateful_dataset)):
+            if not isinstance(value, bool):
+                raise TypeError(NOT_A_BOOL.format(name=name, received=f"{type(value).__name__} {value!r}"))
+        super().__init__(data_spec, batch_size * max_length, stateful_dataset)
+        self._batch_size = batch_size
+        self._max_length = max_length
+        self._dataset_drop_remainder = dataset_drop_remainder
+        self._dataset_window_shift = dataset_window_shift
+
+    @property
+    def batch_size(self) -> int:
+        """The number of segments: the leading dimension `add_batch` expects."""
+        return self._batch_size
+
+    @property
+    def max_length(self) -> int:
+        """How many frames one segment holds."""
+        return self._max_length
+
+    def _add_batch_outer_dims(self) -> tuple[int, ...]:
+        return (self._batch_size,)
+
+    def _max_num_steps(self) -> int:
+        return self._max_length
+
+    def _ids_shape(self, sample_batch_size: int | None, num_steps: int | None) -> list[int]:
+        return ([] if sample_batch_size is None else [sample_batch_size]) + ([] if num_steps is None else [num_steps])
+
+    def _as_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        def sample(_: tf.Tensor) -> tuple[Any, BufferInfo]:
+            leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
+            return self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
+
+        return tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+
+    def _single_deterministic_pass_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        ids = _deterministic.ids_dataset(
+            self._added_tensor,
+            max_length=self._max_length,
+            batch_size=self._batch_size,
+            sample_batch_size=sample_batch_size,
+            num_steps=num_steps,
+            window_shift=self._dataset_window_shift,
+            drop_remainder=self._dataset_drop_remainder,
+        )
+
+        def gather(frame_ids: tf.Tensor) -> tuple[Any, BufferInfo]:
+            leaves = self._gather_tensors(frame_ids)
+            return self._pack_for_dataset(leaves), BufferInfo(frame_ids, ())
+
+        return ids.map(gather, num_parallel_calls=num_parallel_calls)
+
+    def _rows(self, ids: Any) -> Any:
+        return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
+
+    # Storage hooks.
+
+    @abc.abstractmethod
+    def _added_tensor(self) -> tf.Tensor:
+        """The add counter as a scalar int64 tensor (usable inside tf.data)."""
+
+    @abc.abstractmethod
+    def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
+        """The leaves of the frames `ids`, as tensors shaped `ids.shape + spec.shape`."""
+
+    @abc.abstractmethod
+    def _sample_tensors(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        """A uniform sample as tensors: (leaves, ids, probabilities)."""

@@ -1,0 +1,201 @@
+"""`PyUniformReplayBuffer`: numpy storage with the TF buffer's layout and API."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import _ring, specs
+from tfbuffers._numpy_table import NumpyTable
+from tfbuffers._segmented import SegmentedReplayBuffer
+from tfbuffers.replay_buffer import NOT_ENOUGH_FRAMES, BufferInfo, optional_positive_int, positive_int
+
+_OPS = _ring.NUMPY
+
+NO_SIZE = "capacity or max_length: expected at least one, got neither"
+CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
+CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
+SYMBOLIC_TENSOR = (
+    "{path}: expected a value (numpy array or eager tensor), got a symbolic tensor; "
+    "PyUniformReplayBuffer.add_batch runs in Python: call it eagerly, or use TFUniformReplayBuffer in graphs"
+)
+
+
+class PyUniformReplayBuffer(SegmentedReplayBuffer):
+    """A numpy replay buffer with the TF buffer's layout, API and return conventions.
+
+    Storage is the same as `TFUniformReplayBuffer`'s (`batch_size` segments of
+    `max_length` frames, time-major, ids `add_number * batch_size + segment`),
+    held in numpy arrays. Every `add_batch` is one array write per field, every
+    sample one gather per field; adds and reads take a lock, so the buffer can
+    be filled in one thread while `as_dataset` reads in tf.data's.
+
+    Differences from `tf_agents.replay_buffers.PyUniformReplayBuffer`:
+
+    * `get_next` returns `(items, BufferInfo)` like the TF buffer (TF-Agents'
+      py buffer returns the items alone).
+    * `add_batch` takes any leading batch size equal to `batch_size` (TF-Agents'
+      takes only 1), checks it against the spec first, and returns the ids.
+    * `num_frames`, the deterministic pass, `num_parallel_calls` and
+      `sequence_preprocess_fn` work; `gather_all` returns only stored frames,
+      oldest first; sampling an empty buffer raises instead of returning
+      uninitialised memory.
+    * It is checkpointed by `tf.train.Checkpoint`, contents and counter.
+
+    `capacity` alone means one segment of `capacity` frames (TF-Agents' form).
+
+    Example:
+    >>> spec = {"obs": tf.TensorSpec([2], tf.float32), "step": tf.TensorSpec([], tf.int64)}
+    >>> buffer = PyUniformReplayBuffer(spec, batch_size=2, max_length=3, seed=0)
+    >>> for t in range(4):
+    ...     _ = buffer.add_batch({"obs": np.full([2, 2], t, np.float32), "step": np.array([t, t])})
+    >>> int(buffer.num_frames())
+    6
+    >>> buffer.gather_all()["step"].tolist()
+    [[1, 2, 3], [1, 2, 3]]
+    >>> items, info = buffer.get_next(sample_batch_size=4, num_steps=2)
+    >>> items["obs"].shape, info.probabilities.tolist()
+    ((4, 2, 2), [0.25, 0.25, 0.25, 0.25])
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+    ) -> None:
+        """Creates the buffer and allocates its arrays.
+
+        Args:
+          data_spec: A nest of `ArraySpec` or `tf.TensorSpec` describing one item.
+          capacity: Total frames held. Alone, it means one segment.
+          batch_size: Number of segments: the leading dimension of `add_batch`.
+          max_length: Frames per segment; default `capacity // batch_size`.
+          seed: Seed of the sampler's `numpy.random.Generator`.
+          dataset_drop_remainder: As in `TFUniformReplayBuffer`.
+          dataset_window_shift: As in `TFUniformReplayBuffer`.
+          stateful_dataset: Whether the datasets hold stateful ops.
+
+        Raises:
+          TypeError: If an argument has the wrong type, or neither `capacity`
+            nor `max_length` is given.
+          ValueError: If an argument is out of range, `capacity` is not
+            `batch_size * max_length`, or the spec is invalid.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        capacity = optional_positive_int("capacity", capacity)
+        max_length = optional_positive_int("max_length", max_length)
+        if max_length is None:
+            if capacity is None:
+                raise TypeError(NO_SIZE)
+            if capacity % batch_size:
+                raise ValueError(CAPACITY_NOT_DIVISIBLE.format(batch_size=batch_size, capacity=capacity))
+            max_length = capacity // batch_size
+        elif capacity is not None and capacity != batch_size * max_length:
+            raise ValueError(CAPACITY_MISMATCH.format(expected=batch_size * max_length, capacity=capacity))
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            stateful_dataset=stateful_dataset,
+        )
+        self._table = NumpyTable(self._fields, self.capacity)
+        self._lock = threading.Lock()
+        self._rng = np.random.default_rng(seed)
+        self._dtypes = [field.spec.dtype for field in self._fields]
+
+    def _num_frames(self) -> np.int64:
+        with self._lock:
+            return np.int64(_ring.frames_per_segment(_OPS, self._table.added, self._max_length) * self._batch_size)
+
+    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> np.ndarray:
+        arrays = []
+        for field, leaf in zip(self._fields, leaves):
+            if tf.is_tensor(leaf):
+                if not hasattr(leaf, "numpy"):
+                    raise TypeError(SYMBOLIC_TENSOR.format(path=field.path))
+                leaf = leaf.numpy()
+            arrays.append(leaf)
+        with self._lock:
+            added = self._table.added
+            self._table.write_block((added % self._max_length) * self._batch_size, arrays)
+            self._table.added = added + 1
+        return added * self._batch_size + _OPS.arange(self._batch_size)
+
+    def _sample_arrays(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        shape = () if sample_batch_size is None else (sample_batch_size,)
+        with self._lock:
+            added = self._table.added
+            total = int(_ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)) * self._batch_size
+            if total <= 0:
+                message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
+                raise tf.errors.InvalidArgumentError(None, None, message)
+            draws = np.asarray(self._rng.integers(0, total, size=shape, dtype=np.int64))
+            ids = _ring.window_ids(_OPS, draws, added, self._max_length, self._batch_size, num_steps or 1)
+            if num_steps is None:
+                ids = ids[..., 0]
+            leaves = self._table.read(self._rows(ids))
+        return leaves, np.asarray(ids), np.full(shape, 1.0 / total, np.float32)
+
+    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
+        leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        return self._pack(leaves), BufferInfo(ids, probabilities)
+
+    def _gather_arrays(self, ids: np.ndarray) -> list[np.ndarray]:
+        with self._lock:
+            return self._table.read(self._rows(ids))
+
+    def _gather_all(self) -> Any:
+        with self._lock:
+            ids = _ring.chronological_ids(_OPS, self._table.added, self._max_length, self._batch_size)
+            return self._pack(self._table.read(self._rows(ids)))
+
+    def _clear(self) -> None:
+        with self._lock:
+            self._table.added = 0
+
+    # Tensor views for tf.data: one numpy_function call per element.
+
+    def _added_tensor(self) -> tf.Tensor:
+        added = tf.numpy_function(lambda: np.int64(self._table.added), [], tf.int64, stateful=True)
+        return tf.ensure_shape(added, [])
+
+    def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
+        leaves = tf.numpy_function(self._gather_arrays, [ids], self._dtypes, stateful=True)
+        return self._with_static_shapes(leaves, ids.shape)
+
+    def _sample_tensors(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        def sample() -> list[np.ndarray]:
+            try:
+                leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+            except tf.errors.InvalidArgumentError as error:
+                # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
+                raise ValueError(error.message) from None
+            return [*leaves, ids, probabilities]
+
+        outputs = tf.numpy_function(sample, [], [*self._dtypes, tf.int64, tf.float32], stateful=True)
+        ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
+        leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)
+        ids = tf.ensure_shape(outputs[-2], ids_shape)
+        probabilities = tf.ensure_shape(outputs[-1], ids_shape[:1] if sample_batch_size else [])
+        return leaves, ids, probabilities
+
+    def _with_static_shapes(self, leaves: list[tf.Tensor], outer: tf.TensorShape) -> list[tf.Tensor]:
+        for leaf, field in zip(leaves, self._fields):
+            leaf.set_shape(outer.concatenate(field.spec.shape))
+        return leaves

@@ -1,0 +1,324 @@
+"""The abstract `ReplayBuffer` every tfbuffers buffer implements.
+
+The public methods and their return conventions are TF-Agents 0.19's
+(`tf_agents.replay_buffers.replay_buffer.ReplayBuffer`), so code written for a
+TF-Agents buffer runs unchanged. The base class is a template: each public
+method checks its arguments once, here, and delegates to a private hook. All
+hooks are abstract, so a subclass that forgets one fails when it is
+instantiated, not on first use.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import specs
+
+BufferInfo = collections.namedtuple("BufferInfo", ["ids", "probabilities"])
+BufferInfo.__doc__ = """What a buffer says about the items it returns.
+
+Attributes:
+  ids: int64 frame ids of the returned items, shaped like their outer
+    dimensions (`[sample_batch_size, num_steps]` for time-stacked windows).
+    Unique per stored frame; see each buffer for how they are numbered.
+  probabilities: float32 probability with which each sample was drawn, shaped
+    `[sample_batch_size]` (a scalar without a sample batch); `()` for a
+    deterministic pass, where nothing is drawn.
+"""
+
+NOT_A_POSITIVE_INT = "{name}: expected a positive int{or_none}, got {received}"
+NUM_STEPS_TOO_LARGE = "num_steps: expected at most max_length={max_length}, got {received}"
+NOT_CALLABLE = "{name}: expected a callable or None, got {received}"
+NOT_ENOUGH_FRAMES = (
+    "{buffer}: cannot sample windows of {num_steps} frame(s): every segment holds fewer than "
+    "{num_steps} frame(s). Add items before sampling."
+)
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def optional_positive_int(name: str, value: Any) -> int | None:
+    """Returns `value` as a Python int (None stays None), or raises naming the argument.
+
+    Accepts Python and numpy integers and tensors with a static integer value.
+
+    Raises:
+      TypeError: If `value` is not an integer (bools are not integers here).
+      ValueError: If `value` is not positive.
+    """
+    return None if value is None else _positive_int(name, value, " or None")
+
+
+def positive_int(name: str, value: Any) -> int:
+    """Like `optional_positive_int`, but None is refused."""
+    return _positive_int(name, value, "")
+
+
+def _positive_int(name: str, value: Any, or_none: str) -> int:
+    static = tf.get_static_value(value) if tf.is_tensor(value) else value
+    if isinstance(static, np.ndarray) and static.shape == ():
+        static = static[()]
+    if static is None or isinstance(static, bool | np.bool_) or not isinstance(static, numbers.Integral):
+        raise TypeError(NOT_A_POSITIVE_INT.format(name=name, or_none=or_none, received=_describe(value)))
+    if static <= 0:
+        raise ValueError(NOT_A_POSITIVE_INT.format(name=name, or_none=or_none, received=_describe(value)))
+    return int(static)
+
+
+def _tuples_for_lists(structure: Any) -> Any:
+    """`tf.data` treats a Python list as one tensor; datasets use tuples instead."""
+    if isinstance(structure, list):
+        return tuple(_tuples_for_lists(x) for x in structure)
+    if isinstance(structure, dict):
+        return type(structure)((k, _tuples_for_lists(v)) for k, v in structure.items())
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return type(structure)(*(_tuples_for_lists(x) for x in structure))
+    if isinstance(structure, tuple):
+        return tuple(_tuples_for_lists(x) for x in structure)
+    return structure
+
+
+class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
+    """Abstract base class of tfbuffers' replay buffers.
+
+    Eagerly, methods act and return values; inside a `tf.function` they build
+    the graph that does so. Subclasses implement the `_`-prefixed hooks.
+    """
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def __init__(self, data_spec: Any, capacity: int, stateful_dataset: bool = False) -> None:
+        """Initializes the buffer.
+
+        Args:
+          data_spec: A nest of `tf.TensorSpec` (or `tf_agents` `ArraySpec`)
+            describing one stored item, without the batch dimension.
+          capacity: How many items the buffer holds.
+          stateful_dataset: Whether `as_dataset` pipelines hold stateful ops.
+
+        Raises:
+          TypeError: If a leaf of `data_spec` is not a spec.
+          ValueError: If a leaf's shape is not fully defined or its dtype is
+            neither numeric nor bool.
+        """
+        super().__init__()
+        self._fields = specs.flatten_spec(data_spec)
+        self._data_spec = data_spec
+        self._dataset_structure = _tuples_for_lists(data_spec)
+        self._capacity = capacity
+        self._stateful_dataset = stateful_dataset
+
+    @property
+    def data_spec(self) -> Any:
+        """The spec of one stored item, as given to the constructor."""
+        return self._data_spec
+
+    @property
+    def capacity(self) -> int:
+        """How many items the buffer holds."""
+        return self._capacity
+
+    @property
+    def stateful_dataset(self) -> bool:
+        """Whether the buffer's datasets hold stateful ops."""
+        return self._stateful_dataset
+
+    def num_frames(self) -> Any:
+        """Returns the number of frames (items) stored, an int64 scalar."""
+        return self._num_frames()
+
+    def add_batch(self, items: Any) -> Any:
+        """Adds a batch of items, one per segment.
+
+        The whole batch is checked against `data_spec` before anything is
+        stored: a rejected batch leaves the buffer exactly as it was.
+
+        Args:
+          items: A nest matching `data_spec`, each leaf with the buffer's batch
+            size as its leading dimension. Tensors and numpy arrays must carry
+            exactly the spec's dtype; nothing is cast.
+
+        Returns:
+          The int64 ids of the stored frames, shape `[batch_size]`. (A tensor,
+          not an op, so that `tf.function(buffer.add_batch)` and TF-Agents
+          drivers, which group their observers' results, both accept it.)
+
+        Raises:
+          TypeError: If the structure of `items` differs from `data_spec` or a
+            leaf is not array-like.
+          ValueError: If a leaf's dtype, batch size or inner shape differs.
+          tf.errors.InvalidArgumentError: Inside a graph, when a shape unknown at
+            trace time turns out wrong.
+        """
+        leaves, deferred = specs.check_batch(items, self._data_spec, self._fields, self._add_batch_outer_dims())
+        return self._add_batch(leaves, deferred)
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Samples an item, or a batch of items or windows, from the buffer.
+
+        Args:
+          sample_batch_size: Number of samples; None returns one sample without
+            a batch dimension.
+          num_steps: Length of the windows of consecutive frames to sample; None
+            returns single frames without a time dimension.
+          time_stacked: With `num_steps`, stack the window on a time axis
+            (`[B, T, ...]`, or `[T, ...]`); otherwise return a tuple of
+            `num_steps` items (and a tuple of ids).
+
+        Returns:
+          `(items, BufferInfo(ids, probabilities))`.
+
+        Raises:
+          TypeError: If an argument is not an int (or None).
+          ValueError: If an argument is not positive, or `num_steps` exceeds
+            what one segment holds.
+          tf.errors.InvalidArgumentError: If the buffer holds fewer than
+            `num_steps` frames per segment (or is empty).
+        """
+        sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
+        num_steps = self._check_num_steps(num_steps)
+        items, info = self._get_next(sample_batch_size, num_steps)
+        if num_steps is not None and not time_stacked:
+            axis = 0 if sample_batch_size is None else 1
+            items = _split_time(items, num_steps, axis)
+            info = BufferInfo(_split_time(info.ids, num_steps, axis), info.probabilities)
+        return items, info
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        sequence_preprocess_fn: Callable[[Any], Any] | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """Returns a `tf.data.Dataset` of `(items, BufferInfo)` from the buffer.
+
+        By default the dataset is infinite and samples as `get_next` does; it
+        reads the buffer as it is when each element is made, so it sees new data
+        without being rebuilt. With `single_deterministic_pass=True` it visits
+        the stored frames once, in a fixed order (see the buffer's docstring).
+
+        Nests in the data spec that are lists come back as tuples, since
+        `tf.data` would read a list as one tensor.
+
+        Args:
+          sample_batch_size: As in `get_next`.
+          num_steps: As in `get_next`.
+          num_parallel_calls: How many elements to make in parallel; None for
+            one at a time, `tf.data.AUTOTUNE` to let tf.data choose.
+          sequence_preprocess_fn: Applied to the items of every element (for
+            example `agent.preprocess_sequence`). TF-Agents' uniform buffers
+            refuse it; tfbuffers applies it.
+          single_deterministic_pass: One pass over the stored frames in a fixed
+            order instead of endless sampling.
+
+        Returns:
+          The dataset.
+
+        Raises:
+          TypeError: If an argument has the wrong type.
+          ValueError: If an argument is out of range.
+        """
+        sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
+        num_steps = self._check_num_steps(num_steps)
+        if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
+            num_parallel_calls = positive_int("num_parallel_calls", num_parallel_calls)
+        if sequence_preprocess_fn is not None and not callable(sequence_preprocess_fn):
+            raise TypeError(
+                NOT_CALLABLE.format(name="sequence_preprocess_fn", received=_describe(sequence_preprocess_fn))
+            )
+        if single_deterministic_pass:
+            dataset = self._single_deterministic_pass_dataset(sample_batch_size, num_steps, num_parallel_calls)
+        else:
+            dataset = self._as_dataset(sample_batch_size, num_steps, num_parallel_calls)
+        if sequence_preprocess_fn is not None:
+            dataset = dataset.map(
+                lambda items, info: (sequence_preprocess_fn(items), info), num_parallel_calls=num_parallel_calls
+            )
+        if self._stateful_dataset:
+            options = tf.data.Options()
+            if hasattr(options, "experimental_allow_stateful"):
+                options.experimental_allow_stateful = True
+                dataset = dataset.with_options(options)
+        return dataset
+
+    def gather_all(self) -> Any:
+        """Returns every stored item, `[batch_size, frames, ...]`, oldest first per segment."""
+        return self._gather_all()
+
+    def clear(self) -> None:
+        """Empties the buffer."""
+        self._clear()
+
+    def _check_num_steps(self, num_steps: Any) -> int | None:
+        num_steps = optional_positive_int("num_steps", num_steps)
+        limit = self._max_num_steps()
+        if num_steps is not None and num_steps > limit:
+            raise ValueError(NUM_STEPS_TOO_LARGE.format(max_length=limit, received=num_steps))
+        return num_steps
+
+    def _pack(self, leaves: Sequence[Any]) -> Any:
+        return specs.pack(self._data_spec, leaves)
+
+    def _pack_for_dataset(self, leaves: Sequence[Any]) -> Any:
+        return specs.pack(self._dataset_structure, leaves)
+
+    # Hooks.
+
+    @abc.abstractmethod
+    def _add_batch_outer_dims(self) -> tuple[int, ...]:
+        """The leading dimensions `add_batch` expects on every leaf."""
+
+    @abc.abstractmethod
+    def _max_num_steps(self) -> int:
+        """The longest window that can be sampled."""
+
+    @abc.abstractmethod
+    def _num_frames(self) -> Any:
+        """Returns the number of stored frames."""
+
+    @abc.abstractmethod
+    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
+        """Stores checked leaves (in `tf.nest.flatten` order); returns their ids."""
+
+    @abc.abstractmethod
+    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
+        """Samples; windows always time-stacked (the base class splits them)."""
+
+    @abc.abstractmethod
+    def _as_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        """The endless sampling dataset."""
+
+    @abc.abstractmethod
+    def _single_deterministic_pass_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        """The single deterministic pass dataset."""
+
+    @abc.abstractmethod
+    def _gather_all(self) -> Any:
+        """Returns all stored items."""
+
+    @abc.abstractmethod
+    def _clear(self) -> None:
+        """Empties the buffer."""
+
+
+def _split_time(structure: Any, num_steps: int, axis: int) -> tuple[Any, ...]:
+    """A time-stacked nest as a tuple of `num_steps` nests (numpy or tensors)."""
+    if axis == 0:
+        return tuple(tf.nest.map_structure(lambda x, t=t: x[t], structure) for t in range(num_steps))
+    return tuple(tf.nest.map_structure(lambda x, t=t: x[:, t], structure) for t in range(num_steps))

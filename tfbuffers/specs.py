@@ -1,0 +1,292 @@
+"""Data specs and the checks that guard every buffer's input.
+
+Every buffer in tfbuffers describes one stored item with a nest of specs
+(`tf.TensorSpec`, `tf_agents.specs.ArraySpec`, or anything with `shape` and
+`dtype`) and checks each `add_batch` against it *before* it touches storage. The
+checks live here, once, so that every buffer rejects the same bad input with the
+same message. A message always names the field's nest path, what was expected
+and what was received::
+
+    observation/pixels: expected dtype uint8, got float32
+
+The message templates below are part of the public contract and are tested to
+the letter.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+# Message templates. `path` is the field's nest path, `<root>` for a bare spec.
+NOT_A_SPEC = "{path}: expected a TensorSpec or ArraySpec, got {received}"
+UNDEFINED_SHAPE = "{path}: expected a fully defined shape, got {received}"
+UNSUPPORTED_DTYPE = "{path}: expected a numeric or bool dtype, got {received}"
+WRONG_KIND = "{path}: expected {expected}, got {received}"
+MISSING_KEYS = "{path}: missing key(s) {missing}; expected keys {expected}"
+UNEXPECTED_KEYS = "{path}: unexpected key(s) {unexpected}; expected keys {expected}"
+WRONG_LENGTH = "{path}: expected {expected} elements, got {received}"
+WRONG_FIELDS = "{path}: expected fields {expected}, got {received}"
+WRONG_DTYPE = "{path}: expected dtype {expected}, got {received}"
+WRONG_BATCH_SIZE = "{path}: expected leading batch size {expected}, got {received} (shape {shape})"
+WRONG_SHAPE = "{path}: expected shape {expected}, got {received}"
+LOSSY_VALUE = "{path}: expected values exactly representable as {expected}, got {received}"
+
+ROOT = "<root>"
+
+
+class Field(NamedTuple):
+    """One leaf of a data spec: its nest path and its normalised spec."""
+
+    path: str
+    spec: tf.TensorSpec
+
+
+class DeferredShapeCheck(NamedTuple):
+    """A shape that only a running graph can check (a dimension is `None` at trace time)."""
+
+    path: str
+    value: tf.Tensor
+    expected: tuple[int, ...]
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def _join(path: str, key: Any) -> str:
+    return str(key) if path == ROOT else f"{path}/{key}"
+
+
+def _kind(value: Any) -> str:
+    if _is_namedtuple(value):
+        return f"namedtuple {type(value).__name__}"
+    return type(value).__name__
+
+
+def _children(value: Any) -> list[tuple[Any, Any]] | None:
+    """(key, child) pairs in `tf.nest.flatten` order, or None for a leaf."""
+    if isinstance(value, collections.abc.Mapping):
+        return [(key, value[key]) for key in sorted(value)]
+    if _is_namedtuple(value):
+        return list(zip(value._fields, value))
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    return None
+
+
+def _as_tensor_spec(path: str, spec: Any) -> tf.TensorSpec:
+    if isinstance(spec, tf.TensorSpec):
+        tensor_spec = spec
+    elif hasattr(spec, "shape") and hasattr(spec, "dtype") and not tf.is_tensor(spec):
+        if isinstance(spec, np.ndarray):
+            raise TypeError(NOT_A_SPEC.format(path=path, received="ndarray"))
+        tensor_spec = tf.TensorSpec(spec.shape, tf.as_dtype(spec.dtype), getattr(spec, "name", None))
+    else:
+        raise TypeError(NOT_A_SPEC.format(path=path, received=type(spec).__name__))
+    if not tensor_spec.shape.is_fully_defined():
+        raise ValueError(UNDEFINED_SHAPE.format(path=path, received=_shape_str(tensor_spec.shape)))
+    dtype = tensor_spec.dtype
+    if not (dtype.is_floating or dtype.is_integer or dtype.is_bool or dtype.is_complex):
+        raise ValueError(UNSUPPORTED_DTYPE.format(path=path, received=dtype.name))
+    return tensor_spec
+
+
+def flatten_spec(data_spec: Any) -> list[Field]:
+    """Validates a data spec nest and returns its leaves in `tf.nest.flatten` order.
+
+    Args:
+      data_spec: A nest (dicts, lists, tuples, namedtuples) of `tf.TensorSpec`,
+        `tf_agents` `ArraySpec`, or any objects with `shape` and `dtype`.
+
+    Returns:
+      One `Field(path, tf.TensorSpec)` per leaf.
+
+    Raises:
+      TypeError: If a leaf is not a spec.
+      ValueError: If a leaf's shape is not fully defined or its dtype is not
+        numeric or bool.
+    """
+    fields: list[Field] = []
+
+    def walk(spec: Any, path: str) -> None:
+        children = _children(spec)
+        if children is None:
+            fields.append(Field(path, _as_tensor_spec(path, spec)))
+            return
+        for key, child in children:
+            walk(child, _join(path, key))
+
+    walk(data_spec, ROOT)
+    if len(fields) != len(tf.nest.flatten(data_spec)):
+        raise TypeError(f"data_spec: unsupported nest type in {data_spec!r}; use dicts, lists, tuples or namedtuples")
+    return fields
+
+
+def to_tensor_spec(data_spec: Any) -> Any:
+    """Returns `data_spec` with every leaf converted to a `tf.TensorSpec`."""
+    fields = iter(flatten_spec(data_spec))
+    return tf.nest.map_structure(lambda _: next(fields).spec, data_spec)
+
+
+def _shape_str(shape: Any) -> str:
+    dims = tf.TensorShape(shape).as_list() if tf.TensorShape(shape).rank is not None else None
+    if dims is None:
+        return "<unknown rank>"
+    return "(" + ", ".join("None" if d is None else str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _check_structure(value: Any, spec: Any, path: str, leaves: list[Any]) -> None:
+    spec_children = _children(spec)
+    if spec_children is None:
+        leaves.append(value)
+        return
+    if isinstance(spec, collections.abc.Mapping):
+        if not isinstance(value, collections.abc.Mapping):
+            raise TypeError(WRONG_KIND.format(path=path, expected="a mapping", received=_kind(value)))
+        expected = sorted(spec)
+        missing = [k for k in expected if k not in value]
+        if missing:
+            raise TypeError(MISSING_KEYS.format(path=path, missing=missing, expected=expected))
+        unexpected = sorted(k for k in value if k not in spec)
+        if unexpected:
+            raise TypeError(UNEXPECTED_KEYS.format(path=path, unexpected=unexpected, expected=expected))
+        for key in expected:
+            _check_structure(value[key], spec[key], _join(path, key), leaves)
+        return
+    if _is_namedtuple(spec):
+        if not _is_namedtuple(value):
+            raise TypeError(WRONG_KIND.format(path=path, expected=_kind(spec), received=_kind(value)))
+        if tuple(value._fields) != tuple(spec._fields):
+            raise TypeError(WRONG_FIELDS.format(path=path, expected=list(spec._fields), received=list(value._fields)))
+    elif not isinstance(value, (list, tuple)) or _is_namedtuple(value):
+        raise TypeError(WRONG_KIND.format(path=path, expected="a list or tuple", received=_kind(value)))
+    if len(value) != len(spec):
+        raise TypeError(WRONG_LENGTH.format(path=path, expected=len(spec), received=len(value)))
+    for (key, child_spec), child in zip(spec_children, value):
+        _check_structure(child, child_spec, _join(path, key), leaves)
+
+
+# (from, to) numpy dtype kinds a Python value may be converted between, when exact.
+_EXACT_KINDS = frozenset([("b", "b")] + [(a, b) for a in "iu" for b in "iufc"] + [("f", "f"), ("f", "c"), ("c", "c")])
+
+
+def _python_to_array(path: str, value: Any, dtype: tf.DType) -> np.ndarray:
+    """Converts Python scalars and (nested) lists, refusing any lossy cast."""
+    try:
+        inferred = np.asarray(value)
+    except ValueError as error:  # ragged lists
+        raise ValueError(WRONG_SHAPE.format(path=path, expected="a rectangular array", received=str(error))) from None
+    if inferred.dtype == object or inferred.dtype.kind in "USV":
+        raise TypeError(WRONG_KIND.format(path=path, expected="an array, tensor or number", received=_kind(value)))
+    target = dtype.as_numpy_dtype
+    if inferred.dtype == target:
+        return inferred
+    with np.errstate(all="ignore"):
+        converted = inferred.astype(target)
+        exact = (inferred.dtype.kind, np.dtype(target).kind) in _EXACT_KINDS and bool(
+            np.all(converted.astype(inferred.dtype) == inferred)
+        )
+    if not exact:
+        raise ValueError(
+            LOSSY_VALUE.format(path=path, expected=dtype.name, received=f"{inferred.dtype.name} {value!r}")
+        )
+    return converted
+
+
+def check_batch(
+    items: Any, data_spec: Any, fields: Sequence[Field], outer_dims: tuple[int, ...]
+) -> tuple[list[Any], list[DeferredShapeCheck]]:
+    """Checks a batch of items against a data spec, before anything is stored.
+
+    Tensors and numpy arrays must carry exactly the spec's dtype (nothing is cast);
+    Python numbers and lists are converted to it only when that is exact.
+
+    Args:
+      items: The nest given to `add_batch`.
+      data_spec: The buffer's data spec nest (for the structure).
+      fields: `flatten_spec(data_spec)`.
+      outer_dims: The leading dimensions every leaf must have, e.g. `(batch_size,)`.
+
+    Returns:
+      The leaves in `tf.nest.flatten` order (tensors stay tensors, everything else
+      becomes a numpy array), and the shape checks that must run in the graph
+      because a dimension is unknown at trace time.
+
+    Raises:
+      TypeError: If the structure differs (a missing or unexpected key, another
+        container kind, another length) or a leaf is not array-like.
+      ValueError: If a leaf's dtype, leading batch size or inner shape differs.
+    """
+    raw_leaves: list[Any] = []
+    _check_structure(items, data_spec, ROOT, raw_leaves)
+    leaves: list[Any] = []
+    deferred: list[DeferredShapeCheck] = []
+    for (path, spec), value in zip(fields, raw_leaves):
+        if tf.is_tensor(value):
+            if isinstance(value, tf.SparseTensor | tf.RaggedTensor):
+                raise TypeError(WRONG_KIND.format(path=path, expected="a dense tensor", received=_kind(value)))
+            dtype = value.dtype
+        elif isinstance(value, np.ndarray | np.generic):
+            value = np.asarray(value)
+            dtype = tf.as_dtype(value.dtype) if value.dtype.kind in "biufc" else None
+            if dtype is None:
+                raise TypeError(
+                    WRONG_KIND.format(path=path, expected="a numeric array", received=f"{value.dtype} array")
+                )
+        elif value is None or isinstance(value, str | bytes):
+            raise TypeError(WRONG_KIND.format(path=path, expected="an array, tensor or number", received=_kind(value)))
+        else:
+            value = _python_to_array(path, value, spec.dtype)
+            dtype = spec.dtype
+        if dtype != spec.dtype:
+            raise ValueError(WRONG_DTYPE.format(path=path, expected=spec.dtype.name, received=dtype.name))
+        expected = tuple(outer_dims) + tuple(spec.shape.as_list())
+        shape = tf.TensorShape(value.shape)
+        if shape.rank is None or shape.rank != len(expected):
+            if shape.rank is None:
+                deferred.append(DeferredShapeCheck(path, value, expected))
+                leaves.append(value)
+                continue
+            raise ValueError(WRONG_SHAPE.format(path=path, expected=_shape_str(expected), received=_shape_str(shape)))
+        dims = shape.as_list()
+        inner_ok = all(d is None or d == e for d, e in zip(dims[len(outer_dims) :], expected[len(outer_dims) :]))
+        if not inner_ok:
+            raise ValueError(WRONG_SHAPE.format(path=path, expected=_shape_str(expected), received=_shape_str(shape)))
+        for d, e in zip(dims[: len(outer_dims)], outer_dims):
+            if d is not None and d != e:
+                raise ValueError(WRONG_BATCH_SIZE.format(path=path, expected=e, received=d, shape=_shape_str(shape)))
+        if None in dims:
+            deferred.append(DeferredShapeCheck(path, value, expected))
+        leaves.append(value)
+    return leaves, deferred
+
+
+def graph_shape_assertions(deferred: Sequence[DeferredShapeCheck]) -> list[Any]:
+    """Builds the in-graph assertions for shapes unknown at trace time.
+
+    Each raises `tf.errors.InvalidArgumentError` when run with a wrong shape,
+    with a message naming the field and the expected shape.
+    """
+    return [
+        tf.debugging.assert_equal(
+            tf.shape(check.value, out_type=tf.int64),
+            tf.constant(check.expected, tf.int64),
+            message=f"{check.path}: expected shape {_shape_str(check.expected)}, got",
+        )
+        for check in deferred
+    ]
+
+
+def pack(data_spec: Any, leaves: Sequence[Any]) -> Any:
+    """Packs flat leaves back into the structure of `data_spec`."""
+    return tf.nest.pack_sequence_as(data_spec, list(leaves))
+
+
+def map_fields(fn: Callable[[Field], Any], data_spec: Any, fields: Sequence[Field]) -> Any:
+    """Builds a nest shaped like `data_spec` with `fn(field)` at each leaf."""
+    return pack(data_spec, [fn(field) for field in fields])
