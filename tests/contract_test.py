@@ -339,7 +339,7 @@ def _bad_batches():
             "observation/pixels: expected values exactly representable as uint8",
         ),
         ("none leaf", edit(lambda d: d.update(step=None)), TypeError, "step: expected an array, tensor or number, got NoneType"),
-        ("not a nest", np.zeros([3]), TypeError, "<root>: expected a mapping, got ndarray"),
+        ("not a nest", [0, 1, 2], TypeError, "<root>: expected a mapping, got list"),
     ]
 
 

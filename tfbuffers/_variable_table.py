@@ -18,14 +18,14 @@ def _variable_name(path: str) -> str:
 class VariableTable(tf.Module):
     """`num_rows` rows of every field, each field a `[num_rows, *shape]` variable."""
 
-    def __init__(self, fields: Sequence[Field], num_rows: int, name_prefix: str) -> None:
-        """Creates zero-filled variables in the current device scope."""
+    def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
+        """Creates zero-filled variables in the current device and name scope, named by field path."""
         super().__init__(name=None)
         self._variables = [
             tf.Variable(
                 tf.zeros([num_rows, *field.spec.shape.as_list()], field.spec.dtype),
                 trainable=False,
-                name=f"{name_prefix}/{_variable_name(field.path)}",
+                name=_variable_name(field.path),
             )
             for field in fields
         ]
@@ -35,11 +35,11 @@ class VariableTable(tf.Module):
         """The field variables, in `tf.nest.flatten` order of the spec."""
         return list(self._variables)
 
-    def write(self, rows: tf.Tensor, leaves: Sequence[Any]) -> list[Any]:
-        """Writes `leaves[i]` (shaped `rows.shape + shape_i`) at `rows`; returns the update ops."""
+    def write(self, rows: Sequence[tf.Tensor], leaves: Sequence[Any]) -> list[Any]:
+        """Writes `leaves[i]` (shaped `rows[i].shape + shape_i`) at `rows[i]`; returns the updates."""
         return [
-            variable.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(leaf), rows))
-            for variable, leaf in zip(self._variables, leaves)
+            variable.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(leaf), leaf_rows))
+            for variable, leaf, leaf_rows in zip(self._variables, leaves, rows)
         ]
 
     def read(self, rows: tf.Tensor) -> list[tf.Tensor]:

@@ -65,6 +65,8 @@ def _join(path: str, key: Any) -> str:
 def _kind(value: Any) -> str:
     if _is_namedtuple(value):
         return f"namedtuple {type(value).__name__}"
+    if tf.is_tensor(value):
+        return "Tensor"
     return type(value).__name__
 
 

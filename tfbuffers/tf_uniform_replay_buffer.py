@@ -109,8 +109,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         self._scope = scope
         self._device = device
         with tf.device(device), tf.name_scope(scope):
-            self._table = VariableTable(self._fields, self.capacity, scope)
-            self._added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name=f"{scope}/added")
+            self._table = VariableTable(self._fields, self.capacity)
+            self._added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
 
     @property
     def device(self) -> str:
@@ -135,7 +135,13 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             with tf.control_dependencies(specs.graph_shape_assertions(deferred)):
                 added = self._added.read_value()
             ids = added * self._batch_size + _OPS.arange(self._batch_size)
-            writes = self._table.write(self._rows(ids), leaves)
+            if deferred:
+                # A shape unknown at trace time: index each leaf by its own length, so that no
+                # static shape conflict fires before the assertions name the faulty field.
+                rows = [self._rows(added * self._batch_size + _OPS.arange(tf.shape(x)[0])) for x in leaves]
+            else:
+                rows = [self._rows(ids)] * len(leaves)
+            writes = self._table.write(rows, leaves)
             # The counter moves only once the rows are written, so that readers
             # never count a frame that is not there yet.
             with tf.control_dependencies(writes):
