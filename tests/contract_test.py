@@ -166,7 +166,10 @@ def test_parallel_random_dataset(kind):
 
 
 def deterministic_ids(buffer, **kwargs):
-    return [to_numpy(info.ids).tolist() for _, info in underlying(buffer).as_dataset(single_deterministic_pass=True, **kwargs)]
+    return [
+        to_numpy(info.ids).tolist()
+        for _, info in underlying(buffer).as_dataset(single_deterministic_pass=True, **kwargs)
+    ]
 
 
 def test_deterministic_pass_after_wrap_visits_every_frame_once(kind):
@@ -183,7 +186,8 @@ def test_deterministic_windows_never_mix_segments(kind):
     buffer = make_buffer(kind, batch_size=3, max_length=4)
     fill(buffer, 6)
     windows = [
-        assert_whole(items).tolist() for items, _ in underlying(buffer).as_dataset(num_steps=3, single_deterministic_pass=True)
+        assert_whole(items).tolist()
+        for items, _ in underlying(buffer).as_dataset(num_steps=3, single_deterministic_pass=True)
     ]
     assert windows == [[2, 3, 4], [5], [1002, 1003, 1004], [1005], [2002, 2003, 2004], [2005]]
 
@@ -338,7 +342,12 @@ def _bad_batches():
             ValueError,
             "observation/pixels: expected values exactly representable as uint8",
         ),
-        ("none leaf", edit(lambda d: d.update(step=None)), TypeError, "step: expected an array, tensor or number, got NoneType"),
+        (
+            "none leaf",
+            edit(lambda d: d.update(step=None)),
+            TypeError,
+            "step: expected an array, tensor or number, got NoneType",
+        ),
         ("not a nest", [0, 1, 2], TypeError, "<root>: expected a mapping, got list"),
     ]
 
@@ -364,7 +373,9 @@ def test_exact_python_values_are_accepted(kind):
     items["action"] = [0, 1000]
     items["observation"]["position"] = [[0, 0], [1000, -1000]]
     buffer.add_batch(items)
-    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["observation"]["position"][:, 0], [[0, 0], [1000, -1000]])
+    np.testing.assert_array_equal(
+        to_numpy(buffer.gather_all())["observation"]["position"][:, 0], [[0, 0], [1000, -1000]]
+    )
 
 
 @pytest.mark.parametrize(

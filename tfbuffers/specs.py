@@ -34,6 +34,7 @@ WRONG_FIELDS = "{path}: expected fields {expected}, got {received}"
 WRONG_DTYPE = "{path}: expected dtype {expected}, got {received}"
 WRONG_BATCH_SIZE = "{path}: expected leading batch size {expected}, got {received} (shape {shape})"
 WRONG_SHAPE = "{path}: expected shape {expected}, got {received}"
+RAGGED_VALUE = "{path}: expected a rectangular array, got ragged nested lists"
 LOSSY_VALUE = "{path}: expected values exactly representable as {expected}, got {received}"
 
 ROOT = "<root>"
@@ -181,8 +182,8 @@ def _python_to_array(path: str, value: Any, dtype: tf.DType) -> np.ndarray:
     """Converts Python scalars and (nested) lists, refusing any lossy cast."""
     try:
         inferred = np.asarray(value)
-    except ValueError as error:  # ragged lists
-        raise ValueError(WRONG_SHAPE.format(path=path, expected="a rectangular array", received=str(error))) from None
+    except ValueError:  # numpy refuses ragged nested lists
+        raise ValueError(RAGGED_VALUE.format(path=path)) from None
     if inferred.dtype == object or inferred.dtype.kind in "USV":
         raise TypeError(WRONG_KIND.format(path=path, expected="an array, tensor or number", received=_kind(value)))
     target = dtype.as_numpy_dtype

@@ -1,0 +1,53 @@
+"""Uniformity of sampled windows, by a chi-square test with fixed seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import SPEC, fill
+
+import tfbuffers
+
+BATCH_SIZE, MAX_LENGTH, NUM_ADDS, NUM_STEPS, DRAWS = 4, 10, 13, 3, 32_000
+# Adds 3..12 are stored; windows of 3 start at adds 3..10 of each segment.
+STARTS = np.arange(3, 11)
+
+
+def chi_square_p_value(counts: np.ndarray) -> float:
+    """P-value of counts under a uniform distribution (upper regularised gamma)."""
+    expected = counts.sum() / counts.size
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    return float(tf.math.igammac((counts.size - 1) / 2.0, statistic / 2.0))
+
+
+def window_counts(codes: np.ndarray) -> np.ndarray:
+    segment, start = codes[:, 0] // 1000, codes[:, 0] % 1000
+    counts = np.zeros([BATCH_SIZE, STARTS.size], np.int64)
+    np.add.at(counts, (segment, start - STARTS[0]), 1)
+    return counts
+
+
+@pytest.mark.parametrize("kind", ["tf", "py"])
+def test_window_starts_are_uniform(kind):
+    tf.random.set_seed(20261122)
+    if kind == "tf":
+        buffer = tfbuffers.TFUniformReplayBuffer(SPEC, batch_size=BATCH_SIZE, max_length=MAX_LENGTH)
+    else:
+        buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=BATCH_SIZE, max_length=MAX_LENGTH, seed=20261122)
+    fill(buffer, NUM_ADDS)
+    items, _ = buffer.get_next(sample_batch_size=DRAWS, num_steps=NUM_STEPS)
+    counts = window_counts(np.asarray(items["step"]))
+    assert counts.sum() == DRAWS  # every sample is one of the 32 valid windows
+    assert chi_square_p_value(counts) > 1e-3
+
+
+def test_the_chi_square_test_detects_a_biased_sampler():
+    rng = np.random.default_rng(0)
+    cells = BATCH_SIZE * STARTS.size
+    weights = np.ones(cells)
+    weights[0] = 1.3  # one window drawn 30% too often
+    draws = rng.choice(cells, size=DRAWS, p=weights / weights.sum())
+    counts = np.bincount(draws, minlength=cells)
+    assert chi_square_p_value(counts) < 1e-6
+    assert chi_square_p_value(np.bincount(rng.integers(0, cells, DRAWS), minlength=cells)) > 1e-3

@@ -1,0 +1,110 @@
+"""The spec checks and their messages, to the letter."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.specs import array_spec
+
+from tfbuffers import specs
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+Other = collections.namedtuple("Other", ["first", "other"])
+
+
+def check(items, spec, outer=(2,)):
+    return specs.check_batch(items, spec, specs.flatten_spec(spec), outer)
+
+
+def test_flatten_order_and_paths_follow_tf_nest():
+    spec = {"b": Pair(tf.TensorSpec([], tf.int32), [tf.TensorSpec([2], tf.float32)]), "a": tf.TensorSpec([], tf.bool)}
+    fields = specs.flatten_spec(spec)
+    assert [f.path for f in fields] == ["a", "b/first", "b/second/0"]
+    assert [f.spec for f in fields] == tf.nest.flatten(spec)
+
+
+def test_array_specs_become_tensor_specs():
+    spec = {"x": array_spec.BoundedArraySpec([3], np.uint8, 0, 9, name="x")}
+    assert specs.to_tensor_spec(spec) == {"x": tf.TensorSpec([3], tf.uint8, "x")}
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "message"),
+    [
+        ({"x": 3}, TypeError, "x: expected a TensorSpec or ArraySpec, got int"),
+        ((tf.TensorSpec([None], tf.float32),), ValueError, "0: expected a fully defined shape, got (None,)"),
+        (tf.TensorSpec([], tf.string), ValueError, "<root>: expected a numeric or bool dtype, got string"),
+    ],
+)
+def test_bad_specs(spec, error, message):
+    with pytest.raises(error) as raised:
+        specs.flatten_spec(spec)
+    assert str(raised.value) == message
+
+
+def test_namedtuples_must_match_fields():
+    spec = Pair(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32))
+    leaves, deferred = check(Pair(np.zeros(2, np.int32), np.ones(2, np.int32)), spec)
+    assert [leaf.tolist() for leaf in leaves] == [[0, 0], [1, 1]] and deferred == []
+    with pytest.raises(TypeError) as raised:
+        check(Other(np.zeros(2, np.int32), np.zeros(2, np.int32)), spec)
+    assert str(raised.value) == "<root>: expected fields ['first', 'second'], got ['first', 'other']"
+    with pytest.raises(TypeError) as raised:
+        check((np.zeros(2, np.int32), np.zeros(2, np.int32)), spec)
+    assert str(raised.value) == "<root>: expected namedtuple Pair, got tuple"
+
+
+def test_lists_and_tuples_are_interchangeable_but_lengths_are_checked():
+    spec = [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)]
+    check((np.zeros(2, np.int32), np.zeros(2, np.int32)), spec)
+    with pytest.raises(TypeError) as raised:
+        check([np.zeros(2, np.int32)], spec)
+    assert str(raised.value) == "<root>: expected 2 elements, got 1"
+
+
+def test_nothing_is_cast():
+    spec = tf.TensorSpec([], tf.float32)
+    with pytest.raises(ValueError) as raised:
+        check(tf.constant([1.0, 2.0], tf.float64), spec)
+    assert str(raised.value) == "<root>: expected dtype float32, got float64"
+    with pytest.raises(ValueError) as raised:
+        check(np.array([1, 2]), spec)
+    assert str(raised.value) == "<root>: expected dtype float32, got int64"
+    with pytest.raises(ValueError) as raised:
+        check([True, False], tf.TensorSpec([], tf.int32))
+    assert str(raised.value) == "<root>: expected values exactly representable as int32, got bool [True, False]"
+    with pytest.raises(ValueError) as raised:
+        check([16_777_217, 0], spec)
+    assert str(raised.value) == "<root>: expected values exactly representable as float32, got int64 [16777217, 0]"
+    leaves, _ = check([1, 2], spec)
+    assert leaves[0].dtype == np.float32 and leaves[0].tolist() == [1.0, 2.0]
+
+
+def test_unknown_dimensions_are_deferred_to_the_graph():
+    spec = {"x": tf.TensorSpec([3], tf.float32)}
+    seen = {}
+
+    @tf.function(input_signature=[{"x": tf.TensorSpec([None, None], tf.float32)}])
+    def run(items):
+        _, deferred = check(items, spec)
+        seen["paths"] = [(d.path, d.expected) for d in deferred]
+        with tf.control_dependencies(specs.graph_shape_assertions(deferred)):
+            return tf.identity(items["x"])
+
+    run({"x": tf.zeros([2, 3])})
+    assert seen["paths"] == [("x", (2, 3))]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"x: expected shape \(2, 3\), got"):
+        run({"x": tf.zeros([2, 4])})
+
+
+def test_ragged_lists_and_strings_are_refused():
+    spec = tf.TensorSpec([2], tf.int32)
+    with pytest.raises(ValueError) as raised:
+        check([[1, 2], [3]], spec)
+    assert str(raised.value) == "<root>: expected a rectangular array, got ragged nested lists"
+    with pytest.raises(TypeError) as raised:
+        check(["a", "b"], tf.TensorSpec([], tf.int32))
+    assert str(raised.value) == "<root>: expected an array, tensor or number, got list"
