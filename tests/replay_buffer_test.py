@@ -1,0 +1,33 @@
+"""The abstract base class: hooks are enforced at construction, BufferInfo matches TF-Agents."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+
+import tfbuffers
+
+SPEC = tf.TensorSpec([], tf.int32)
+
+
+def test_a_subclass_missing_a_hook_fails_at_construction():
+    class Incomplete(tfbuffers.ReplayBuffer):
+        def _num_frames(self):
+            return 0
+
+    with pytest.raises(TypeError) as raised:
+        Incomplete(SPEC, capacity=1)
+    assert str(raised.value) == (
+        "Can't instantiate abstract class Incomplete with abstract methods _add_batch, _add_batch_outer_dims, "
+        "_as_dataset, _clear, _gather_all, _get_next, _max_num_steps, _single_deterministic_pass_dataset"
+    )
+
+
+def test_buffer_info_has_tf_agents_fields():
+    assert tfbuffers.BufferInfo._fields == tf_uniform_replay_buffer.BufferInfo._fields == ("ids", "probabilities")
+
+
+def test_public_names():
+    assert sorted(tfbuffers.__all__) == ["BufferInfo", "PyUniformReplayBuffer", "ReplayBuffer", "TFUniformReplayBuffer"]
+    assert all(getattr(tfbuffers, name) is not None for name in tfbuffers.__all__)
