@@ -122,7 +122,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> np.ndarray:
         arrays = []
         for field, leaf in zip(self._fields, leaves):
-            if tf.is_tensor(leaf):
+            if not isinstance(leaf, np.ndarray):  # a tensor: check_batch made everything else numpy
                 if not hasattr(leaf, "numpy"):
                     raise TypeError(SYMBOLIC_TENSOR.format(path=field.path))
                 leaf = leaf.numpy()

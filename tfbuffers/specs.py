@@ -230,39 +230,40 @@ def check_batch(
     leaves: list[Any] = []
     deferred: list[DeferredShapeCheck] = []
     for (path, spec), value in zip(fields, raw_leaves):
-        if tf.is_tensor(value):
-            if isinstance(value, tf.SparseTensor | tf.RaggedTensor):
-                raise TypeError(WRONG_KIND.format(path=path, expected="a dense tensor", received=_kind(value)))
-            dtype = value.dtype
-        elif isinstance(value, np.ndarray | np.generic):
+        # numpy first: `tf.is_tensor` is a slow protocol check, and numpy is the py buffers' common case.
+        if isinstance(value, np.ndarray | np.generic):
             value = np.asarray(value)
-            dtype = tf.as_dtype(value.dtype) if value.dtype.kind in "biufc" else None
-            if dtype is None:
+            if value.dtype.kind not in "biufc":
                 raise TypeError(
                     WRONG_KIND.format(path=path, expected="a numeric array", received=f"{value.dtype} array")
                 )
+            dtype = value.dtype
+            dims: list[int | None] | None = list(value.shape)
+        elif tf.is_tensor(value):
+            if isinstance(value, tf.SparseTensor | tf.RaggedTensor):
+                raise TypeError(WRONG_KIND.format(path=path, expected="a dense tensor", received=_kind(value)))
+            dtype = value.dtype
+            dims = value.shape.as_list() if value.shape.rank is not None else None
         elif value is None or isinstance(value, str | bytes):
             raise TypeError(WRONG_KIND.format(path=path, expected="an array, tensor or number", received=_kind(value)))
         else:
             value = _python_to_array(path, value, spec.dtype)
-            dtype = spec.dtype
+            dtype = value.dtype
+            dims = list(value.shape)
         if dtype != spec.dtype:
-            raise ValueError(WRONG_DTYPE.format(path=path, expected=spec.dtype.name, received=dtype.name))
-        expected = tuple(outer_dims) + tuple(spec.shape.as_list())
-        shape = tf.TensorShape(value.shape)
-        if shape.rank is None or shape.rank != len(expected):
-            if shape.rank is None:
-                deferred.append(DeferredShapeCheck(path, value, expected))
-                leaves.append(value)
-                continue
-            raise ValueError(WRONG_SHAPE.format(path=path, expected=_shape_str(expected), received=_shape_str(shape)))
-        dims = shape.as_list()
-        inner_ok = all(d is None or d == e for d, e in zip(dims[len(outer_dims) :], expected[len(outer_dims) :]))
-        if not inner_ok:
-            raise ValueError(WRONG_SHAPE.format(path=path, expected=_shape_str(expected), received=_shape_str(shape)))
+            raise ValueError(WRONG_DTYPE.format(path=path, expected=spec.dtype.name, received=tf.as_dtype(dtype).name))
+        expected = (*outer_dims, *spec.shape.as_list())
+        if dims is None:
+            deferred.append(DeferredShapeCheck(path, value, expected))
+            leaves.append(value)
+            continue
+        if len(dims) != len(expected) or any(
+            d is not None and d != e for d, e in zip(dims[len(outer_dims) :], expected[len(outer_dims) :])
+        ):
+            raise ValueError(WRONG_SHAPE.format(path=path, expected=_shape_str(expected), received=_shape_str(dims)))
         for d, e in zip(dims[: len(outer_dims)], outer_dims):
             if d is not None and d != e:
-                raise ValueError(WRONG_BATCH_SIZE.format(path=path, expected=e, received=d, shape=_shape_str(shape)))
+                raise ValueError(WRONG_BATCH_SIZE.format(path=path, expected=e, received=d, shape=_shape_str(dims)))
         if None in dims:
             deferred.append(DeferredShapeCheck(path, value, expected))
         leaves.append(value)
