@@ -75,12 +75,27 @@ def test_nothing_is_cast():
     assert str(raised.value) == "<root>: expected dtype float32, got int64"
     with pytest.raises(ValueError) as raised:
         check([True, False], tf.TensorSpec([], tf.int32))
-    assert str(raised.value) == "<root>: expected values exactly representable as int32, got bool [True, False]"
+    assert str(raised.value) == "<root>: expected values representable as int32, got bool [True, False]"
     with pytest.raises(ValueError) as raised:
         check([16_777_217, 0], spec)
-    assert str(raised.value) == "<root>: expected values exactly representable as float32, got int64 [16777217, 0]"
+    assert str(raised.value) == "<root>: expected values representable as float32, got int64 [16777217, 0]"
     leaves, _ = check([1, 2], spec)
     assert leaves[0].dtype == np.float32 and leaves[0].tolist() == [1.0, 2.0]
+
+
+def test_python_floats_round_like_tf_constant_but_do_not_overflow():
+    spec = tf.TensorSpec([], tf.float32)
+    leaves, _ = check([0.1, -2.5], spec)
+    assert leaves[0].dtype == np.float32
+    np.testing.assert_array_equal(leaves[0], tf.constant([0.1, -2.5]).numpy())
+    leaves, _ = check([float("inf"), 1.0], spec)
+    assert leaves[0].tolist() == [float("inf"), 1.0]
+    with pytest.raises(ValueError) as raised:
+        check([1e40, 0.0], spec)
+    assert str(raised.value) == "<root>: expected values representable as float32, got float64 [1e+40, 0.0]"
+    with pytest.raises(ValueError) as raised:
+        check([1.0, 2.0], tf.TensorSpec([], tf.int64))
+    assert str(raised.value) == "<root>: expected values representable as int64, got float64 [1.0, 2.0]"
 
 
 def test_unknown_dimensions_are_deferred_to_the_graph():

@@ -35,7 +35,7 @@ WRONG_DTYPE = "{path}: expected dtype {expected}, got {received}"
 WRONG_BATCH_SIZE = "{path}: expected leading batch size {expected}, got {received} (shape {shape})"
 WRONG_SHAPE = "{path}: expected shape {expected}, got {received}"
 RAGGED_VALUE = "{path}: expected a rectangular array, got ragged nested lists"
-LOSSY_VALUE = "{path}: expected values exactly representable as {expected}, got {received}"
+LOSSY_VALUE = "{path}: expected values representable as {expected}, got {received}"
 
 ROOT = "<root>"
 
@@ -175,26 +175,37 @@ def _check_structure(value: Any, spec: Any, path: str, leaves: list[Any]) -> Non
 
 
 # (from, to) numpy dtype kinds a Python value may be converted between, when exact.
-_EXACT_KINDS = frozenset([("b", "b")] + [(a, b) for a in "iu" for b in "iufc"] + [("f", "f"), ("f", "c"), ("c", "c")])
+# (from, to) numpy dtype kinds a Python value may be converted between.
+_CONVERTIBLE_KINDS = frozenset(
+    [("b", "b"), ("f", "f"), ("f", "c"), ("c", "c")] + [(a, b) for a in "iu" for b in "iufc"]
+)
 
 
 def _python_to_array(path: str, value: Any, dtype: tf.DType) -> np.ndarray:
-    """Converts Python scalars and (nested) lists, refusing any lossy cast."""
+    """Converts Python scalars and (nested) lists to `dtype`, refusing what would change a value.
+
+    Python values carry no precision, so floats round to the nearest value of a
+    float dtype (as `tf.constant` does), but may not overflow; integers and
+    bools must survive exactly.
+    """
     try:
         inferred = np.asarray(value)
     except ValueError:  # numpy refuses ragged nested lists
         raise ValueError(RAGGED_VALUE.format(path=path)) from None
     if inferred.dtype == object or inferred.dtype.kind in "USV":
         raise TypeError(WRONG_KIND.format(path=path, expected="an array, tensor or number", received=_kind(value)))
-    target = dtype.as_numpy_dtype
+    target = np.dtype(dtype.as_numpy_dtype)
     if inferred.dtype == target:
         return inferred
     with np.errstate(all="ignore"):
         converted = inferred.astype(target)
-        exact = (inferred.dtype.kind, np.dtype(target).kind) in _EXACT_KINDS and bool(
-            np.all(converted.astype(inferred.dtype) == inferred)
-        )
-    if not exact:
+        if (inferred.dtype.kind, target.kind) not in _CONVERTIBLE_KINDS:
+            kept = False
+        elif inferred.dtype.kind in "fc":
+            kept = bool(np.all(np.isfinite(converted) == np.isfinite(inferred)))
+        else:
+            kept = bool(np.all(converted.astype(inferred.dtype) == inferred))
+    if not kept:
         raise ValueError(
             LOSSY_VALUE.format(path=path, expected=dtype.name, received=f"{inferred.dtype.name} {value!r}")
         )
@@ -207,7 +218,8 @@ def check_batch(
     """Checks a batch of items against a data spec, before anything is stored.
 
     Tensors and numpy arrays must carry exactly the spec's dtype (nothing is cast);
-    Python numbers and lists are converted to it only when that is exact.
+    Python numbers and lists are converted to it when no value changes beyond
+    float rounding (see `_python_to_array`).
 
     Args:
       items: The nest given to `add_batch`.
