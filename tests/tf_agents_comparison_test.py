@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SPEC, batch, fill, to_numpy
-from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
 
 import tfbuffers
 
@@ -34,3 +35,30 @@ def test_wrong_batch_size_is_caught_up_front_here():
         ours.add_batch(batch(3, 1) | {"action": np.array([1, 2], np.int32)})
     assert int(ours.num_frames()) == 3
     np.testing.assert_array_equal(to_numpy(ours.gather_all())["step"], [[0], [1000], [2000]])
+
+
+def test_add_batch_wrapped_in_tf_function_fails_in_tf_agents_not_here():
+    ours = tfbuffers.TFUniformReplayBuffer(SPEC, batch_size=2, max_length=4)
+    theirs = tf_uniform_replay_buffer.TFUniformReplayBuffer(SPEC, batch_size=2, max_length=4)
+    items = tf.nest.map_structure(tf.constant, batch(2, 0))
+    with pytest.raises(TypeError, match="found return value of type Operation"):
+        tf.function(theirs.add_batch)(items)
+    assert tf.function(ours.add_batch)(items).numpy().tolist() == [0, 1]
+    np.testing.assert_array_equal(to_numpy(ours.gather_all())["step"], [[0], [1000]])
+
+
+def test_py_buffer_does_what_tf_agents_py_buffer_refuses():
+    array_spec = tensor_spec.to_nest_array_spec(SPEC)
+    ours = tfbuffers.PyUniformReplayBuffer(array_spec, capacity=8, batch_size=2)
+    theirs = py_uniform_replay_buffer.PyUniformReplayBuffer(array_spec, capacity=8)
+    with pytest.raises(NotImplementedError, match="only supports a batch size of 1"):
+        theirs.add_batch(batch(2, 0))
+    with pytest.raises(NotImplementedError):
+        theirs.num_frames()
+    empty_item = theirs.get_next()  # no error: uninitialised memory
+    assert set(empty_item) == {"observation", "action", "step"}
+    ours.add_batch(batch(2, 0))
+    assert int(ours.num_frames()) == 2
+    items, info = ours.get_next(sample_batch_size=3)
+    assert set(np.asarray(items["step"]).tolist()) <= {0, 1000}
+    assert info.probabilities.tolist() == [0.5, 0.5, 0.5]
