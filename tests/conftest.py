@@ -80,7 +80,7 @@ class FunctionWrapped:
         return self._add(items)
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        return tf.function(lambda: self.buffer.get_next(sample_batch_size, num_steps, time_stacked))()
+        return tf.function(lambda: self.buffer.get_next(sample_batch_size, num_steps, time_stacked), autograph=False)()
 
     def gather_all(self) -> Any:
         return self._gather_all()

@@ -22,12 +22,9 @@ def stored_codes(batch_size: int, first: int, last: int) -> np.ndarray:
     return code(np.arange(batch_size)[:, None], np.arange(first, last + 1)[None, :])
 
 
-def assert_message(kind, error, message):
-    """Eager messages start with the contract's text; under tf.function autograph adds a traceback first."""
-    if kind == "tf_function":
-        assert f"{type(error).__name__}: {message}" in str(error)
-    else:
-        assert str(error).startswith(message)
+def assert_message(error, message):
+    """Messages start with the contract's text, under tf.function too (no autograph traceback)."""
+    assert str(error).startswith(message)
 
 
 def test_is_a_replay_buffer(kind):
@@ -359,7 +356,7 @@ def test_bad_batches_are_rejected_and_change_nothing(kind, name, items, error, m
     before = to_numpy(buffer.gather_all())
     with pytest.raises(error) as raised:
         buffer.add_batch(items)
-    assert_message(kind, raised.value, message)
+    assert_message(raised.value, message)
     assert int(buffer.num_frames()) == 15
     after = to_numpy(buffer.gather_all())
     for a, b in zip(tf.nest.flatten(after), tf.nest.flatten(before)):
@@ -394,7 +391,7 @@ def test_bad_sampling_arguments(kind, kwargs, error, message):
     fill(buffer, 6)
     with pytest.raises(error) as raised:
         buffer.get_next(**kwargs)
-    assert_message(kind, raised.value, message)
+    assert_message(raised.value, message)
     with pytest.raises(error) as raised:
         underlying(buffer).as_dataset(**kwargs)
     assert str(raised.value) == message

@@ -64,6 +64,7 @@ def ids_dataset(
     shift = window_shift if (window_shift is not None and num_steps is not None) else window
     ops = _ring.TENSORFLOW
 
+    @tf.autograph.experimental.do_not_convert
     def plan(_: tf.Tensor) -> tf.data.Dataset:
         added = tf.cast(read_added(), tf.int64)
         frames = _ring.frames_per_segment(ops, added, max_length)
@@ -76,6 +77,7 @@ def ids_dataset(
         state = tf.data.Dataset.from_tensors(tf.stack([added, num_windows])).repeat()
         return tf.data.Dataset.zip((tf.data.Dataset.range(num_groups * num_windows), state))
 
+    @tf.autograph.experimental.do_not_convert
     def ids_of(index: tf.Tensor, state: tf.Tensor) -> tf.Tensor:
         added, num_windows = state[0], state[1]
         first_segment = (index // num_windows) * group

@@ -66,6 +66,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
+        @tf.autograph.experimental.do_not_convert
         def sample(_: tf.Tensor) -> tuple[Any, BufferInfo]:
             leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
             return self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
@@ -85,6 +86,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
             drop_remainder=self._dataset_drop_remainder,
         )
 
+        @tf.autograph.experimental.do_not_convert
         def gather(frame_ids: tf.Tensor) -> tuple[Any, BufferInfo]:
             leaves = self._gather_tensors(frame_ids)
             return self._pack_for_dataset(leaves), BufferInfo(frame_ids, ())

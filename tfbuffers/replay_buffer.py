@@ -14,7 +14,7 @@ import abc
 import collections
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +40,11 @@ NOT_ENOUGH_FRAMES = (
     "{buffer}: cannot sample windows of {num_steps} frame(s): every segment holds fewer than "
     "{num_steps} frame(s). Add items before sampling."
 )
+
+
+# The library's graph code has no tensor-dependent Python control flow: autograph
+# would only slow tracing down (and warn about code it cannot convert).
+_not_converted = tf.autograph.experimental.do_not_convert
 
 
 def _describe(value: Any) -> str:
@@ -94,6 +99,8 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     the graph that does so. Subclasses implement the `_`-prefixed hooks.
     """
 
+    _ADDS_IN_GRAPH: ClassVar[bool] = False
+
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def __init__(self, data_spec: Any, capacity: int, stateful_dataset: bool = False) -> None:
         """Initializes the buffer.
@@ -127,14 +134,25 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         return self._capacity
 
     @property
+    def adds_in_graph(self) -> bool:
+        """Whether `add_batch` can run inside a graph (`tf.function`, a driver's `tf.while_loop`).
+
+        Buffers that cannot are still driver observers: `tfbuffers.observers.TFObserver`
+        reaches them through `tf.numpy_function`.
+        """
+        return self._ADDS_IN_GRAPH
+
+    @property
     def stateful_dataset(self) -> bool:
         """Whether the buffer's datasets hold stateful ops."""
         return self._stateful_dataset
 
+    @_not_converted
     def num_frames(self) -> Any:
         """Returns the number of frames (items) stored, an int64 scalar."""
         return self._num_frames()
 
+    @_not_converted
     def add_batch(self, items: Any) -> Any:
         """Adds a batch of items, one per segment.
 
@@ -161,6 +179,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         leaves, deferred = specs.check_batch(items, self._data_spec, self._fields, self._add_batch_outer_dims())
         return self._add_batch(leaves, deferred)
 
+    @_not_converted
     def get_next(
         self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
     ) -> tuple[Any, BufferInfo]:
@@ -194,6 +213,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             info = BufferInfo(_split_time(info.ids, num_steps, axis), info.probabilities)
         return items, info
 
+    @_not_converted
     def as_dataset(
         self,
         sample_batch_size: int | None = None,
@@ -253,10 +273,12 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
                 dataset = dataset.with_options(options)
         return dataset
 
+    @_not_converted
     def gather_all(self) -> Any:
         """Returns every stored item, `[batch_size, frames, ...]`, oldest first per segment."""
         return self._gather_all()
 
+    @_not_converted
     def clear(self) -> None:
         """Empties the buffer."""
         self._clear()

@@ -174,7 +174,20 @@ def _check_structure(value: Any, spec: Any, path: str, leaves: list[Any]) -> Non
         _check_structure(child, child_spec, _join(path, key), leaves)
 
 
-# (from, to) numpy dtype kinds a Python value may be converted between, when exact.
+def flatten_like(items: Any, data_spec: Any) -> list[Any]:
+    """The leaves of `items` at the positions of `data_spec`'s leaves, in `tf.nest.flatten` order.
+
+    Unlike `tf.nest.flatten`, a Python list where the spec has a leaf stays one
+    leaf (a value to convert), so Python values can be given for array fields.
+
+    Raises:
+      TypeError: If the structure differs from the spec's (see `check_batch`).
+    """
+    leaves: list[Any] = []
+    _check_structure(items, data_spec, ROOT, leaves)
+    return leaves
+
+
 # (from, to) numpy dtype kinds a Python value may be converted between.
 _CONVERTIBLE_KINDS = frozenset(
     [("b", "b"), ("f", "f"), ("f", "c"), ("c", "c")] + [(a, b) for a in "iu" for b in "iufc"]
@@ -237,8 +250,7 @@ def check_batch(
         container kind, another length) or a leaf is not array-like.
       ValueError: If a leaf's dtype, leading batch size or inner shape differs.
     """
-    raw_leaves: list[Any] = []
-    _check_structure(items, data_spec, ROOT, raw_leaves)
+    raw_leaves = flatten_like(items, data_spec)
     leaves: list[Any] = []
     deferred: list[DeferredShapeCheck] = []
     for (path, spec), value in zip(fields, raw_leaves):

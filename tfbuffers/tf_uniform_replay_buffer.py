@@ -65,6 +65,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     ([4, 2, 2], [0.25, 0.25, 0.25, 0.25])
     """
 
+    _ADDS_IN_GRAPH = True
+
     def __init__(
         self,
         data_spec: Any,

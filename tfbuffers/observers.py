@@ -1,0 +1,149 @@
+"""Observers that make any tfbuffers buffer the sink of a TF-Agents driver.
+
+* `TFObserver` for TF drivers (`DynamicStepDriver`, `DynamicEpisodeDriver`):
+  called with batched `Trajectory` tensors inside the driver's `tf.function` /
+  `tf.while_loop`. In-graph buffers add there; numpy buffers are reached
+  through `tf.numpy_function`, so the same driver code serves every buffer.
+* `PyObserver` for `PyDriver` and `tf_agents.train.Actor`: called with numpy
+  trajectories, unbatched from a single environment (it adds the batch
+  dimension that TF-Agents makes users add by hand) or batched from a
+  `BatchedPyEnvironment`.
+
+>>> import tfbuffers, tensorflow as tf
+>>> buffer = tfbuffers.PyUniformReplayBuffer({"x": tf.TensorSpec([2], tf.float32)}, capacity=10)
+>>> observer = PyObserver(buffer)
+>>> observer({"x": [1.0, 2.0]})  # one environment: no batch dimension
+>>> buffer.gather_all()["x"].tolist()
+[[[1.0, 2.0]]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import specs
+from tfbuffers.replay_buffer import ReplayBuffer
+
+WRONG_BATCH_SIZE = (
+    "{observer}: the driver's trajectories have batch size {received} but the buffer has batch_size={expected} "
+    "(one segment per environment): create the buffer with batch_size=env.batch_size"
+)
+UNKNOWN_RANK = "{observer}: {path}: expected rank {unbatched} (one environment) or {batched} (batched), got {received}"
+NOT_A_BUFFER = "{observer}: expected a tfbuffers.ReplayBuffer, got {received}"
+
+
+def _check_buffer(observer: str, buffer: Any) -> ReplayBuffer:
+    if not isinstance(buffer, ReplayBuffer):
+        raise TypeError(NOT_A_BUFFER.format(observer=observer, received=type(buffer).__name__))
+    return buffer
+
+
+def _check_batch_size(observer: str, buffer: ReplayBuffer, batch_size: int | None) -> None:
+    expected = getattr(buffer, "batch_size", None)
+    if batch_size is not None and expected is not None and batch_size != expected:
+        raise ValueError(WRONG_BATCH_SIZE.format(observer=observer, received=batch_size, expected=expected))
+
+
+class TFObserver:
+    """Adds the batched trajectories of a TF driver to a buffer.
+
+    Pass it in a driver's `observers`; it returns the stored frames' ids, a
+    tensor, as drivers `tf.group` their observers' results.
+    """
+
+    def __init__(self, buffer: ReplayBuffer) -> None:
+        """Observes into `buffer` (any tfbuffers buffer).
+
+        Raises:
+          TypeError: If `buffer` is not a tfbuffers buffer.
+        """
+        self._buffer = _check_buffer("TFObserver", buffer)
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        """The buffer this observer adds to."""
+        return self._buffer
+
+    @tf.autograph.experimental.do_not_convert
+    def __call__(self, trajectory: Any) -> tf.Tensor:
+        """Adds `trajectory` (a batched nest of tensors) and returns the stored ids.
+
+        Raises:
+          ValueError: If the trajectory's batch size is not the buffer's, or (from
+            `add_batch`) a field does not match the buffer's spec.
+          TypeError: If the structure does not match the buffer's spec.
+        """
+        leaves = tf.nest.flatten(trajectory)
+        if leaves:
+            shape = tf.TensorShape(getattr(leaves[0], "shape", np.shape(leaves[0])))
+            _check_batch_size("TFObserver", self._buffer, shape[0] if shape.rank else None)
+        if self._buffer.adds_in_graph:
+            return self._buffer.add_batch(trajectory)
+
+        def add(*arrays: np.ndarray) -> np.ndarray:
+            return np.asarray(self._buffer.add_batch(tf.nest.pack_sequence_as(trajectory, list(arrays))))
+
+        ids = tf.numpy_function(add, [tf.convert_to_tensor(leaf) for leaf in leaves], tf.int64, stateful=True)
+        batch_size = getattr(self._buffer, "batch_size", None)
+        return tf.ensure_shape(ids, [batch_size])
+
+
+class PyObserver:
+    """Adds the trajectories of a `PyDriver` or `Actor` to a buffer, batched or not.
+
+    A trajectory whose leaves have the rank of the buffer's spec comes from one
+    environment and gets a batch dimension of 1; one with an extra leading
+    dimension comes from a batched environment and is added as it is.
+    """
+
+    def __init__(self, buffer: ReplayBuffer) -> None:
+        """Observes into `buffer` (any tfbuffers buffer).
+
+        Raises:
+          TypeError: If `buffer` is not a tfbuffers buffer.
+        """
+        self._buffer = _check_buffer("PyObserver", buffer)
+        self._first_field = buffer._fields[0] if buffer._fields else None
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        """The buffer this observer adds to."""
+        return self._buffer
+
+    def __call__(self, trajectory: Any) -> None:
+        """Adds `trajectory`, adding a batch dimension when it has none.
+
+        Raises:
+          ValueError: If the batch size is not the buffer's, the rank fits
+            neither form, or (from `add_batch`) a field does not match the spec.
+          TypeError: If the structure does not match the buffer's spec.
+        """
+        if self._first_field is None:
+            self._buffer.add_batch(trajectory)
+            return
+        spec = self._buffer.data_spec
+        leaves = specs.flatten_like(trajectory, spec)
+        path, field_spec = self._first_field
+        rank = np.ndim(leaves[0])
+        if rank == field_spec.shape.rank:
+            # Python values stay Python (in a list) so that add_batch converts them by the spec's dtype.
+            leaves = [x[None] if isinstance(x, np.ndarray | np.generic) or tf.is_tensor(x) else [x] for x in leaves]
+            trajectory = specs.pack(spec, leaves)
+            batch_size = 1
+        elif rank == field_spec.shape.rank + 1:
+            batch_size = int(np.shape(leaves[0])[0])
+        else:
+            raise ValueError(
+                UNKNOWN_RANK.format(
+                    observer="PyObserver",
+                    path=path,
+                    unbatched=field_spec.shape.rank,
+                    batched=field_spec.shape.rank + 1,
+                    received=rank,
+                )
+            )
+        _check_batch_size("PyObserver", self._buffer, batch_size)
+        self._buffer.add_batch(trajectory)
