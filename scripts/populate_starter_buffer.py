@@ -1,0 +1,152 @@
+"""Fill a starter buffer from a baseline policy and save it for training runs to start from.
+
+Runs --num-runs runs of --steps-per-run driver steps each (the environment is
+reset at the start of every run) with a random or a scripted policy, adds them to
+a tfbuffers buffer through a driver observer, and saves the buffer with
+`tf.train.Checkpoint` in --output-dir/--buffer-name, beside a metadata.json.
+`train_dqn.py --starter-buffer DIR` starts from it.
+
+    python scripts/populate_starter_buffer.py --buffer-name cartpole-scripted --policy scripted --num-runs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf
+from tf_agents.policies import random_tf_policy, tf_policy
+from tf_agents.trajectories import policy_step
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+from tfbuffers.collect import warm  # noqa: E402
+from tfbuffers.envs import load_gymnasium  # noqa: E402
+
+EXISTS = "{path} already holds a buffer named {name!r}; pass --overwrite to replace it"
+
+
+class ScriptedCartPolePolicy(tf_policy.TFPolicy):
+    """Pushes the cart towards where the pole falls: a baseline that balances for a while."""
+
+    def _action(self, time_step: Any, policy_state: Any, seed: Any) -> policy_step.PolicyStep:
+        observation = time_step.observation
+        falling_right = observation[..., 2] + 0.5 * observation[..., 3] > 0
+        action = tf.cast(falling_right, self.action_spec.dtype)
+        return policy_step.PolicyStep(action, policy_state, ())
+
+
+def make_policy(name: str, env: Any) -> Any:
+    """The baseline policy `name` ('random' or 'scripted') for `env`."""
+    if name == "random":
+        return random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
+    if name == "scripted":
+        observation_shape = env.observation_spec().shape.as_list()
+        if observation_shape != [4]:
+            raise ValueError(f"policy: 'scripted' is for CartPole observations of shape [4], got {observation_shape}")
+        return ScriptedCartPolePolicy(env.time_step_spec(), env.action_spec())
+    raise ValueError(f"policy: expected 'random' or 'scripted', got {name!r}")
+
+
+def populate(
+    *,
+    buffer_name: str,
+    capacity: int,
+    steps_per_run: int,
+    num_runs: int,
+    env_id: str = "CartPole-v1",
+    policy_name: str = "random",
+    buffer_kind: str = "tf_uniform",
+    num_envs: int = 1,
+    output_dir: str = "out/starter",
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> tuple[pathlib.Path, dict[str, Any]]:
+    """Fills and saves a starter buffer; returns its directory and metadata.
+
+    Raises:
+      FileExistsError: If a buffer of that name exists and `overwrite` is False.
+    """
+    directory = pathlib.Path(output_dir) / buffer_name
+    if (directory / _common.METADATA).exists() and not overwrite:
+        raise FileExistsError(EXISTS.format(path=output_dir, name=buffer_name))
+    tf.random.set_seed(seed)
+    env = load_gymnasium(env_id, num_envs=num_envs, seed=seed, tf_environment=True)
+    policy = make_policy(policy_name, env)
+    buffer = _common.make_buffer(buffer_kind, policy.trajectory_spec, num_envs, max(capacity // num_envs, 2))
+    frames = 0
+    with tqdm(total=steps_per_run * num_runs * num_envs, unit="frame", desc=buffer_name, disable=not progress) as bar:
+        for _ in range(num_runs):
+            frames += warm(buffer, env, policy, steps_per_run * num_envs, reset=True, progress=bar)
+    metadata = {
+        "buffer_name": buffer_name,
+        "buffer": buffer_kind,
+        "env": env_id,
+        "policy": policy_name,
+        "steps_per_run": steps_per_run,
+        "num_runs": num_runs,
+        "frames_collected": frames,
+        "seed": seed,
+    }
+    _common.save_starter_buffer(buffer, directory, metadata)
+    return directory, _common.read_starter_metadata(directory)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--buffer-name", required=True, help="name of the buffer's directory under --output-dir")
+    parser.add_argument("--capacity", type=int, default=50_000, help="frames the buffer holds (all segments)")
+    parser.add_argument("--steps-per-run", type=int, default=500, help="driver steps per run (per environment)")
+    parser.add_argument("--num-runs", type=int, default=10, help="runs, each from a reset environment")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
+    parser.add_argument("--policy", default="random", choices=["random", "scripted"], help="baseline policy")
+    parser.add_argument("--buffer", default="tf_uniform", choices=sorted(_common.BUFFERS), help="buffer kind")
+    parser.add_argument("--num-envs", type=int, default=1, help="parallel environments (buffer segments)")
+    parser.add_argument("--output-dir", default="out/starter", help="directory that holds starter buffers")
+    parser.add_argument("--seed", type=int, default=0, help="seed of TF and the environments")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing buffer of the same name")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parses the command line, populates, saves and prints where."""
+    args = build_parser().parse_args(argv)
+    try:
+        directory, metadata = populate(
+            buffer_name=args.buffer_name,
+            capacity=args.capacity,
+            steps_per_run=args.steps_per_run,
+            num_runs=args.num_runs,
+            env_id=args.env,
+            policy_name=args.policy,
+            buffer_kind=args.buffer,
+            num_envs=args.num_envs,
+            output_dir=args.output_dir,
+            seed=args.seed,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+    except FileExistsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"Saved {metadata['frames']} frames ({metadata['frames_collected']} collected by the {args.policy} policy "
+        f"in {args.num_runs} runs) to {directory}. Train from it: "
+        f"python scripts/train_dqn.py --starter-buffer {directory}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

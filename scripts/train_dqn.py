@@ -1,0 +1,285 @@
+"""Train DQN on a gymnasium environment (CartPole-v1 by default) from a tfbuffers buffer.
+
+The TF-Agents DQN tutorial's loop, with tfbuffers: a TF driver adds to the buffer
+through `TFObserver`, and the agent trains on `buffer.as_dataset(batch, num_steps=2)`.
+Writes a learning curve (PNG) and a summary (JSON) to --output-dir.
+
+    python scripts/train_dqn.py                      # the defaults: about 2 minutes on 2 cores
+    python scripts/train_dqn.py --buffer py_uniform --seed 1
+    python scripts/train_dqn.py --starter-buffer out/starter/cartpole-random
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.drivers import dynamic_episode_driver, dynamic_step_driver
+from tf_agents.metrics import tf_metrics
+from tf_agents.networks import q_network
+from tf_agents.policies import random_tf_policy
+from tf_agents.utils import common
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+from tfbuffers.collect import warm  # noqa: E402
+from tfbuffers.envs import load_gymnasium  # noqa: E402
+from tfbuffers.observers import TFObserver  # noqa: E402
+
+
+@dataclasses.dataclass
+class Config:
+    """Every setting of a run; the command-line flags mirror these fields."""
+
+    env: str = "CartPole-v1"
+    buffer: str = "tf_uniform"
+    num_iterations: int = 30_000
+    num_envs: int = 1
+    initial_collect_frames: int = 1_000
+    collect_steps_per_iteration: int = 1
+    replay_capacity: int = 100_000
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    gamma: float = 0.99
+    epsilon: float = 0.1
+    target_update_period: int = 100
+    fc_layers: tuple[int, ...] = (100, 50)
+    eval_interval: int = 1_000
+    eval_episodes: int = 10
+    seed: int = 0
+    output_dir: str = "out/dqn"
+    starter_buffer: str | None = None
+    progress: bool = True
+
+
+@dataclasses.dataclass
+class Result:
+    """What a run did and reached."""
+
+    iterations: list[int]
+    returns: list[float]
+    final_return: float
+    best_return: float
+    frames_in_buffer: int
+    frames_from_starter: int
+    frames_collected: int
+    train_steps: int
+    last_loss: float
+    seconds: float
+    curve_png: str
+    summary_json: str
+
+
+def _evaluate(driver_run: Any, metric: Any) -> float:
+    metric.reset()
+    driver_run()
+    return float(metric.result().numpy())
+
+
+def train(config: Config) -> Result:
+    """Runs DQN as `config` says and returns the learning curve and a summary."""
+    started = time.perf_counter()
+    tf.random.set_seed(config.seed)
+    np.random.seed(config.seed)
+    output_dir = pathlib.Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    starter_metadata = None
+    num_envs = config.num_envs
+    if config.starter_buffer:
+        starter_metadata = _common.read_starter_metadata(pathlib.Path(config.starter_buffer))
+        num_envs = starter_metadata["batch_size"]  # the buffer's segments are the collecting environments
+
+    env = load_gymnasium(config.env, num_envs=num_envs, seed=config.seed, tf_environment=True)
+    eval_env = load_gymnasium(config.env, seed=config.seed + 10_000, tf_environment=True)
+
+    q_net = q_network.QNetwork(env.observation_spec(), env.action_spec(), fc_layer_params=config.fc_layers)
+    train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    agent = dqn_agent.DqnAgent(
+        env.time_step_spec(),
+        env.action_spec(),
+        q_network=q_net,
+        optimizer=tf.keras.optimizers.Adam(learning_rate=config.learning_rate),
+        epsilon_greedy=config.epsilon,
+        target_update_period=config.target_update_period,
+        td_errors_loss_fn=common.element_wise_squared_loss,
+        gamma=config.gamma,
+        train_step_counter=train_step,
+    )
+    agent.initialize()
+
+    if starter_metadata is not None:
+        buffer, _ = _common.load_starter_buffer(pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec)
+    else:
+        buffer = _common.make_buffer(
+            config.buffer, agent.collect_data_spec, num_envs, max(config.replay_capacity // num_envs, 2)
+        )
+    frames_from_starter = int(buffer.num_frames())
+
+    frames_collected = tf.Variable(0, dtype=tf.int64, trainable=False)
+    if frames_from_starter == 0:
+        random_policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
+        frames_collected.assign(
+            warm(
+                buffer,
+                env,
+                random_policy,
+                config.initial_collect_frames,
+                progress=config.progress,
+                description="warm-up",
+            )
+        )
+
+    def count(_: Any) -> tf.Tensor:
+        return frames_collected.assign_add(env.batch_size)
+
+    collect_driver = dynamic_step_driver.DynamicStepDriver(
+        env,
+        agent.collect_policy,
+        observers=[TFObserver(buffer), count],
+        num_steps=config.collect_steps_per_iteration,
+    )
+    collect = tf.function(collect_driver.run)
+    average_return = tf_metrics.AverageReturnMetric(buffer_size=config.eval_episodes)
+    eval_driver = dynamic_episode_driver.DynamicEpisodeDriver(
+        eval_env, agent.policy, observers=[average_return], num_episodes=config.eval_episodes
+    )
+    evaluate = tf.function(eval_driver.run)
+
+    dataset = buffer.as_dataset(
+        sample_batch_size=config.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
+    ).prefetch(3)
+    experience = iter(dataset)
+    train_fn = common.function(agent.train)
+
+    iterations, returns = [0], [_evaluate(evaluate, average_return)]
+    time_step, policy_state = env.reset(), collect_driver.policy.get_initial_state(env.batch_size)
+    loss = float("nan")
+    bar = tqdm(range(1, config.num_iterations + 1), desc="train", unit="it", disable=not config.progress)
+    for iteration in bar:
+        time_step, policy_state = collect(time_step, policy_state)
+        trajectories, _ = next(experience)
+        loss = float(train_fn(trajectories).loss)
+        if iteration % config.eval_interval == 0 or iteration == config.num_iterations:
+            iterations.append(iteration)
+            returns.append(_evaluate(evaluate, average_return))
+            bar.set_postfix(avg_return=f"{returns[-1]:.1f}", loss=f"{loss:.3g}")
+
+    curve_png = output_dir / "learning_curve.png"
+    _plot(iterations, returns, config, curve_png)
+    result = Result(
+        iterations=iterations,
+        returns=returns,
+        final_return=returns[-1],
+        best_return=max(returns),
+        frames_in_buffer=int(buffer.num_frames()),
+        frames_from_starter=frames_from_starter,
+        frames_collected=int(frames_collected.numpy()),
+        train_steps=int(train_step.numpy()),
+        last_loss=loss,
+        seconds=time.perf_counter() - started,
+        curve_png=str(curve_png),
+        summary_json=str(output_dir / "summary.json"),
+    )
+    summary = {"config": dataclasses.asdict(config), "result": dataclasses.asdict(result)}
+    pathlib.Path(result.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+    return result
+
+
+def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    axis.plot(iterations, returns, marker="o")
+    axis.set_xlabel("training iteration")
+    axis.set_ylabel(f"average return over {config.eval_episodes} episodes")
+    axis.set_title(f"DQN on {config.env}, tfbuffers {config.buffer}, seed {config.seed}")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one flag per `Config` field."""
+    defaults = Config()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id with a Discrete action space")
+    parser.add_argument(
+        "--buffer",
+        default=defaults.buffer,
+        choices=sorted(_common.BUFFERS),
+        help="buffer kind (a starter buffer keeps its own kind and segments)",
+    )
+    parser.add_argument("--num-iterations", type=int, default=defaults.num_iterations, help="collect+train iterations")
+    parser.add_argument("--num-envs", type=int, default=defaults.num_envs, help="parallel environments (segments)")
+    parser.add_argument(
+        "--initial-collect-frames", type=int, default=defaults.initial_collect_frames, help="random frames first"
+    )
+    parser.add_argument(
+        "--collect-steps-per-iteration", type=int, default=defaults.collect_steps_per_iteration, help="driver steps"
+    )
+    parser.add_argument("--replay-capacity", type=int, default=defaults.replay_capacity, help="buffer capacity")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sampled transitions per step")
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="Adam learning rate")
+    parser.add_argument("--gamma", type=float, default=defaults.gamma, help="discount factor")
+    parser.add_argument("--epsilon", type=float, default=defaults.epsilon, help="epsilon-greedy exploration")
+    parser.add_argument(
+        "--target-update-period", type=int, default=defaults.target_update_period, help="train steps per target sync"
+    )
+    parser.add_argument(
+        "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="Q-network hidden layer sizes, e.g. 100,50"
+    )
+    parser.add_argument("--eval-interval", type=int, default=defaults.eval_interval, help="iterations between evals")
+    parser.add_argument("--eval-episodes", type=int, default=defaults.eval_episodes, help="episodes per evaluation")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of TF, numpy and the environments")
+    parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")
+    parser.add_argument(
+        "--starter-buffer", default=None, help="directory of a buffer made by populate_starter_buffer.py to start from"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """The command line as a `Config`."""
+    args = build_parser().parse_args(argv)
+    fields = {field.name for field in dataclasses.fields(Config)}
+    values = {key: value for key, value in vars(args).items() if key in fields}
+    values["fc_layers"] = tuple(int(size) for size in args.fc_layers.split(",") if size)
+    values["progress"] = not args.no_progress
+    return Config(**values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Trains as the command line says and prints a short summary."""
+    config = parse_args(argv)
+    result = train(config)
+    print(
+        f"DQN on {config.env} with tfbuffers {config.buffer}: average return {result.final_return:.1f} "
+        f"(best {result.best_return:.1f}) after {result.train_steps} train steps in {result.seconds:.0f} s; "
+        f"{result.frames_in_buffer} frames in the buffer ({result.frames_from_starter} from the starter buffer)."
+    )
+    print(f"Learning curve: {result.curve_png}; summary: {result.summary_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
