@@ -1,0 +1,624 @@
+"""Benchmark tfbuffers beside TF-Agents, Reverb and a plain numpy ring, in one run.
+
+Workloads (as in the project's design):
+  control: observation f32[17], action f32[6], reward/discount f32, step types i32; 8 envs;
+           1M frames; sample batch 256, num_steps 2.
+  atari:   observation u8[84,84,4], action i32, reward/discount f32, step types i32; 4 envs;
+           40k frames; sample batch 32, num_steps 2.
+Items are TF-Agents `Trajectory`s, so TF-Agents' Reverb observer can write them.
+
+Systems: tfbuffers' TF and py uniform buffers, TF-Agents' TFUniformReplayBuffer and
+PyUniformReplayBuffer, TF-Agents' Reverb path (ReverbReplayBuffer + ReverbAddTrajectoryObserver
+on a local server), and a plain numpy ring write + fancy-index gather of the same bytes: the
+memory-bandwidth limit. Each measure runs on every system in turn, several times (interleaved),
+after a warm-up; the median and the range are reported, and ratios are tfbuffers / peer from
+the same run. Outputs: a markdown table, JSON and a bar chart in --output-dir.
+
+    python scripts/benchmark.py            # full: several minutes
+    python scripts/benchmark.py --quick    # small frames and repetitions: under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import pathlib
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import psutil
+import tensorflow as tf
+from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import trajectory
+from tqdm.auto import tqdm
+
+import tfbuffers
+
+MEASURES = {
+    "add_eager": "add, eager call per step (frames/s)",
+    "add_graph": "add, inside one tf.function loop (frames/s)",
+    "sample_dataset": "sample, as_dataset + prefetch (frames/s)",
+    "get_next": "sample, direct get_next (frames/s)",
+    "deterministic_pass": "deterministic pass (frames/s)",
+    "save": "save (MB/s)",
+    "load": "load (MB/s)",
+}
+OURS = {"tfbuffers TF": "TF-Agents TF", "tfbuffers py": "TF-Agents py"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One benchmark workload."""
+
+    name: str
+    observation: tf.TensorSpec
+    action: tf.TensorSpec
+    num_envs: int
+    frames: int
+    sample_batch_size: int
+    num_steps: int = 2
+
+    @property
+    def spec(self) -> trajectory.Trajectory:
+        """The stored item: a TF-Agents Trajectory."""
+        step_type = tf.TensorSpec([], tf.int32, "step_type")
+        scalar = tf.TensorSpec([], tf.float32)
+        return trajectory.Trajectory(
+            step_type=step_type,
+            observation=self.observation,
+            action=self.action,
+            policy_info=(),
+            next_step_type=tf.TensorSpec([], tf.int32, "next_step_type"),
+            reward=scalar,
+            discount=scalar,
+        )
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of one frame's fields."""
+        return sum(s.shape.num_elements() * s.dtype.size for s in tf.nest.flatten(self.spec))
+
+    @property
+    def max_length(self) -> int:
+        """Frames per segment."""
+        return self.frames // self.num_envs
+
+
+WORKLOADS = {
+    "control": Workload("control", tf.TensorSpec([17], tf.float32), tf.TensorSpec([6], tf.float32), 8, 1_000_000, 256),
+    "atari": Workload("atari", tf.TensorSpec([84, 84, 4], tf.uint8), tf.TensorSpec([], tf.int32), 4, 40_000, 32),
+}
+QUICK_FRAMES = {"control": 16_000, "atari": 2_000}
+
+
+def numpy_batches(workload: Workload, count: int, seed: int = 0) -> list[Any]:
+    """`count` distinct batches of `num_envs` random frames, made before any timing."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(spec: tf.TensorSpec) -> np.ndarray:
+        shape = (workload.num_envs, *spec.shape.as_list())
+        if spec.dtype == tf.uint8:
+            return rng.integers(0, 256, shape, dtype=np.uint8)
+        if spec.dtype.is_integer:
+            return rng.integers(0, 3, shape).astype(spec.dtype.as_numpy_dtype)
+        return rng.standard_normal(shape).astype(spec.dtype.as_numpy_dtype)
+
+    return [tf.nest.map_structure(leaf, workload.spec) for _ in range(count)]
+
+
+def graph_batch(workload: Workload, t: tf.Tensor) -> Any:
+    """A batch made in the graph from the step counter (cheap next to the add)."""
+
+    def leaf(spec: tf.TensorSpec) -> tf.Tensor:
+        return tf.fill([workload.num_envs, *spec.shape.as_list()], tf.cast(t % 7, spec.dtype))
+
+    return tf.nest.map_structure(leaf, workload.spec)
+
+
+class System:
+    """A buffer implementation under test; unsupported measures return None."""
+
+    name = ""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.frames_added = 0
+
+    def add(self, batch: Any) -> None:
+        """Adds one batch (one frame per environment) the way this system is called eagerly."""
+        raise NotImplementedError
+
+    def fill(self, batches: list[Any], bar: Any) -> None:
+        """Fills the buffer to capacity, its fastest way."""
+        steps = self.workload.max_length
+        for t in range(steps):
+            self.add(batches[t % len(batches)])
+            if t % 1000 == 999:
+                bar.update(1000 * self.workload.num_envs)
+        bar.update((steps % 1000) * self.workload.num_envs)
+
+    def add_graph(self, num_adds: int) -> float | None:
+        """Seconds for `num_adds` adds in one tf.function loop, or None."""
+        return None
+
+    def sample_dataset(self, num_batches: int) -> float | None:
+        """Seconds for `num_batches` batches from the training dataset, or None."""
+        return None
+
+    def get_next(self, num_batches: int) -> float | None:
+        """Seconds for `num_batches` direct samples, or None."""
+        return None
+
+    def deterministic_pass(self, num_elements: int) -> tuple[float, int] | None:
+        """(Seconds, frames) of the first `num_elements` elements of the deterministic pass, or None."""
+        return None
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float | None, int] | None:
+        """(save seconds, load seconds or None, bytes written), or None."""
+        return None
+
+    def stored_bytes(self) -> int | None:
+        """Bytes of storage the system allocated, when it can be read off."""
+        return None
+
+    def close(self) -> None:
+        """Releases servers and files."""
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _iterate(dataset: tf.data.Dataset, num_batches: int) -> float:
+    iterator = iter(dataset)
+    for _ in range(3):
+        next(iterator)  # warm-up: tracing, prefetch start
+    return _time(lambda: [next(iterator) for _ in range(num_batches)])
+
+
+def _checkpoint_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
+    checkpoint = tf.train.Checkpoint(buffer=buffer)
+    prefix = str(directory / "ckpt")
+    save = _time(lambda: checkpoint.write(prefix))
+    size = sum(f.stat().st_size for f in directory.iterdir())
+    load = _time(lambda: checkpoint.read(prefix).assert_consumed())
+    return save, load, size
+
+
+class _TFBuffer(System):
+    """Shared by tfbuffers' and TF-Agents' TF buffers: same constructor, same API."""
+
+    def __init__(self, workload: Workload, buffer: Any) -> None:
+        super().__init__(workload)
+        self.buffer = buffer
+        self._loop = tf.function(self._loop_fn)
+
+    def _loop_fn(self, num_adds: tf.Tensor) -> None:
+        for t in tf.range(num_adds):
+            self.buffer.add_batch(graph_batch(self.workload, t))
+
+    def add(self, batch: Any) -> None:
+        self.buffer.add_batch(batch)
+
+    def fill(self, batches: list[Any], bar: Any) -> None:
+        self._loop(tf.constant(self.workload.max_length))
+        bar.update(self.workload.frames)
+
+    def add_graph(self, num_adds: int) -> float:
+        self._loop(tf.constant(2))
+        return _time(lambda: self._loop(tf.constant(num_adds)))
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def get_next(self, num_batches: int) -> float:
+        w = self.workload
+        self.buffer.get_next(w.sample_batch_size, w.num_steps)
+        return _time(lambda: [self.buffer.get_next(w.sample_batch_size, w.num_steps) for _ in range(num_batches)])
+
+    def deterministic_pass(self, num_elements: int) -> tuple[float, int]:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.num_envs, w.num_steps, single_deterministic_pass=True)
+        dataset = dataset.take(num_elements).prefetch(tf.data.AUTOTUNE)
+        seconds = _time(lambda: [None for _ in dataset])
+        return seconds, num_elements * w.num_envs * w.num_steps
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
+        return _checkpoint_save_load(self.buffer, directory)
+
+    def stored_bytes(self) -> int:
+        return sum(v.shape.num_elements() * v.dtype.size for v in self.buffer.variables())
+
+
+class TFBuffersTF(_TFBuffer):
+    """tfbuffers.TFUniformReplayBuffer."""
+
+    name = "tfbuffers TF"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tfbuffers.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
+        super().__init__(workload, buffer)
+
+
+class TFAgentsTF(_TFBuffer):
+    """tf_agents TFUniformReplayBuffer."""
+
+    name = "TF-Agents TF"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
+        super().__init__(workload, buffer)
+
+
+class TFBuffersPy(System):
+    """tfbuffers.PyUniformReplayBuffer: one add per step for all environments."""
+
+    name = "tfbuffers py"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        self.buffer = tfbuffers.PyUniformReplayBuffer(
+            workload.spec, batch_size=workload.num_envs, max_length=workload.max_length
+        )
+
+    def add(self, batch: Any) -> None:
+        self.buffer.add_batch(batch)
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def get_next(self, num_batches: int) -> float:
+        w = self.workload
+        return _time(lambda: [self.buffer.get_next(w.sample_batch_size, w.num_steps) for _ in range(num_batches)])
+
+    deterministic_pass = _TFBuffer.deterministic_pass
+    save_load = _TFBuffer.save_load
+
+    def stored_bytes(self) -> int:
+        return sum(a.nbytes for a in self.buffer._table.arrays)
+
+
+class TFAgentsPy(System):
+    """tf_agents PyUniformReplayBuffer: batches of one only, so one add per environment per step."""
+
+    name = "TF-Agents py"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        spec = tensor_spec.to_nest_array_spec(workload.spec)
+        self.buffer = py_uniform_replay_buffer.PyUniformReplayBuffer(spec, workload.frames)
+
+    def add(self, batch: Any) -> None:
+        for env in range(self.workload.num_envs):
+            self.buffer.add_batch(tf.nest.map_structure(lambda x, e=env: x[e : e + 1], batch))
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        return _iterate(self.buffer.as_dataset(w.sample_batch_size, w.num_steps).prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def get_next(self, num_batches: int) -> float:
+        w = self.workload
+        return _time(lambda: [self.buffer.get_next(w.sample_batch_size, w.num_steps) for _ in range(num_batches)])
+
+    save_load = _TFBuffer.save_load
+
+    def stored_bytes(self) -> int:
+        storage = self.buffer._storage
+        return sum(storage._array(i).nbytes for i in range(len(tf.nest.flatten(self.workload.spec))))
+
+
+class TFAgentsReverb(System):
+    """TF-Agents' Reverb path: ReverbAddTrajectoryObserver per environment, ReverbReplayBuffer."""
+
+    name = "TF-Agents Reverb"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        import reverb
+        from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
+
+        self._checkpoint_dir = tempfile.mkdtemp(prefix="reverb-benchmark-")
+        table = reverb.Table(
+            "uniform",
+            max_size=workload.frames,
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(self._checkpoint_dir)
+        self.server = reverb.Server([table], port=None, checkpointer=checkpointer)
+        self.buffer = reverb_replay_buffer.ReverbReplayBuffer(
+            workload.spec, "uniform", sequence_length=workload.num_steps, local_server=self.server
+        )
+        self.observers = [
+            reverb_utils.ReverbAddTrajectoryObserver(self.buffer.py_client, "uniform", workload.num_steps)
+            for _ in range(workload.num_envs)
+        ]
+
+    def add(self, batch: Any) -> None:
+        for env, observer in enumerate(self.observers):
+            observer(tf.nest.map_structure(lambda x, e=env: x[e], batch))
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
+        path = {}
+        seconds = _time(lambda: path.update(p=self.buffer.py_client.checkpoint()))
+        size = sum(f.stat().st_size for f in pathlib.Path(path["p"]).rglob("*") if f.is_file())
+        return seconds, None, size
+
+    def close(self) -> None:
+        for observer in self.observers:
+            observer.close()
+        self.server.stop()
+        shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+
+class NumpyLimit(System):
+    """A plain numpy ring: slice writes and one fancy-index gather per field, no checks, no locks."""
+
+    name = "numpy limit"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        self.fields = tf.nest.flatten(workload.spec)
+        self.arrays = [
+            np.zeros((workload.frames, *s.shape.as_list()), s.dtype.as_numpy_dtype) for s in self.fields
+        ]
+        self.position = 0
+        self.rng = np.random.default_rng(0)
+
+    def add(self, batch: Any) -> None:
+        start = (self.position % self.workload.max_length) * self.workload.num_envs
+        for array, leaf in zip(self.arrays, tf.nest.flatten(batch)):
+            array[start : start + self.workload.num_envs] = leaf
+        self.position += 1
+
+    def _gather(self) -> list[np.ndarray]:
+        w = self.workload
+        starts = self.rng.integers(0, w.max_length - w.num_steps + 1, w.sample_batch_size)
+        segments = self.rng.integers(0, w.num_envs, w.sample_batch_size)
+        rows = (starts[:, None] + np.arange(w.num_steps)) * w.num_envs + segments[:, None]
+        return [np.take(array, rows, axis=0) for array in self.arrays]
+
+    def get_next(self, num_batches: int) -> float:
+        return _time(lambda: [self._gather() for _ in range(num_batches)])
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
+        path = directory / "arrays.npz"
+        save = _time(lambda: np.savez(path, *self.arrays))
+        load = _time(lambda: [np.copyto(a, b) for a, b in zip(self.arrays, np.load(path).values())])
+        return save, load, path.stat().st_size
+
+    def stored_bytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+
+SYSTEMS: list[type[System]] = [TFBuffersTF, TFAgentsTF, TFBuffersPy, TFAgentsPy, TFAgentsReverb, NumpyLimit]
+
+
+def _rss() -> int:
+    gc.collect()
+    return psutil.Process().memory_info().rss
+
+
+def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bool) -> dict[str, Any]:
+    """Builds and fills every system, then runs every measure on each in turn, `repetitions` times."""
+    batches = numpy_batches(workload, 64)
+    systems: list[System] = []
+    memory: dict[str, dict[str, float | None]] = {}
+    total = workload.frames * len(SYSTEMS)
+    with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
+        for cls in SYSTEMS:
+            before = _rss()
+            system = cls(workload)
+            system.fill(batches, bar)
+            resident = _rss() - before
+            stored = system.stored_bytes()
+            memory[system.name] = {
+                "resident_bytes_per_frame": resident / workload.frames,
+                "stored_bytes_per_frame": None if stored is None else stored / workload.frames,
+            }
+            systems.append(system)
+
+    num_adds = 200 if quick else 2_000
+    sample_batches = 20 if quick else 200
+    pass_elements = 100 if quick else 2_000
+    frames_per_sample = workload.sample_batch_size * workload.num_steps
+    samples: dict[str, dict[str, list[float]]] = {name: {s.name: [] for s in systems} for name in MEASURES}
+    steps = repetitions * len(systems)
+    with tqdm(total=steps, desc=f"{workload.name}: measure", disable=not progress) as bar:
+        for _ in range(repetitions):
+            for system in systems:
+                seconds = _time(lambda s=system: [s.add(batches[t % len(batches)]) for t in range(num_adds)])
+                samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
+                graph = system.add_graph(num_adds * 5)
+                if graph is not None:
+                    samples["add_graph"][system.name].append(num_adds * 5 * workload.num_envs / graph)
+                dataset = system.sample_dataset(sample_batches)
+                if dataset is not None:
+                    samples["sample_dataset"][system.name].append(sample_batches * frames_per_sample / dataset)
+                direct = system.get_next(sample_batches)
+                if direct is not None:
+                    samples["get_next"][system.name].append(sample_batches * frames_per_sample / direct)
+                deterministic = system.deterministic_pass(pass_elements)
+                if deterministic is not None:
+                    samples["deterministic_pass"][system.name].append(deterministic[1] / deterministic[0])
+                with tempfile.TemporaryDirectory() as directory:
+                    saved = system.save_load(pathlib.Path(directory))
+                if saved is not None:
+                    save, load, size = saved
+                    samples["save"][system.name].append(size / save / 1e6)
+                    if load is not None:
+                        samples["load"][system.name].append(size / load / 1e6)
+                bar.update(1)
+    for system in systems:
+        system.close()
+    del systems
+    gc.collect()
+    summary = {
+        measure: {
+            name: {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
+            for name, values in by_system.items()
+            if values
+        }
+        for measure, by_system in samples.items()
+    }
+    return {
+        "workload": dataclasses.asdict(workload) | {"payload_bytes": workload.payload_bytes},
+        "measures": summary,
+        "memory": memory,
+    }
+
+
+def ratios(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """tfbuffers / peer medians, per measure."""
+    table: dict[str, dict[str, float]] = {}
+    for measure, by_system in result["measures"].items():
+        row = {}
+        for ours, theirs in OURS.items():
+            if ours in by_system and theirs in by_system:
+                row[f"{ours} / {theirs}"] = by_system[ours]["median"] / by_system[theirs]["median"]
+            for peer in ("TF-Agents Reverb", "numpy limit"):
+                if ours in by_system and peer in by_system:
+                    row[f"{ours} / {peer}"] = by_system[ours]["median"] / by_system[peer]["median"]
+        table[measure] = row
+    return table
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as markdown tables: frames/s (median, range) and ratios."""
+    names = [cls.name for cls in SYSTEMS]
+    lines = []
+    for workload_name, result in results["workloads"].items():
+        payload = result["workload"]["payload_bytes"]
+        lines += [f"### {workload_name} ({result['workload']['frames']:,} frames, {payload} payload bytes/frame)", ""]
+        lines += ["| measure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for measure, label in MEASURES.items():
+            cells = []
+            for name in names:
+                entry = result["measures"][measure].get(name)
+                cells.append("-" if entry is None else f"{_fmt(entry['median'])} ({_fmt(entry['min'])}–{_fmt(entry['max'])})")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        for key, label in (("stored_bytes_per_frame", "stored bytes/frame"), ("resident_bytes_per_frame", "resident bytes/frame (RSS)")):
+            cells = [_fmt(result["memory"][name][key]) for name in names]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += ["", "Ratios (tfbuffers / peer, medians of the same run):", ""]
+        lines += ["| measure | ratio | value |", "|---|---|---|"]
+        for measure, row in ratios(result).items():
+            for pair, value in row.items():
+                lines.append(f"| {MEASURES[measure]} | {pair} | {value:.2f}x |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: pathlib.Path) -> None:
+    """A bar chart per workload: median frames/s of each measure and system, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measures = [m for m in MEASURES if m not in ("save", "load")]
+    names = [cls.name for cls in SYSTEMS]
+    workloads = list(results["workloads"].items())
+    figure, axes = plt.subplots(len(workloads), 1, figsize=(12, 4.5 * len(workloads)), squeeze=False)
+    width = 0.8 / len(names)
+    for axis, (workload_name, result) in zip(axes[:, 0], workloads):
+        for i, name in enumerate(names):
+            values = [result["measures"][m].get(name, {}).get("median", 0) for m in measures]
+            axis.bar(np.arange(len(measures)) + i * width, values, width, label=name)
+        axis.set_xticks(np.arange(len(measures)) + width * (len(names) - 1) / 2)
+        axis.set_xticklabels([MEASURES[m].replace(" (frames/s)", "") for m in measures], fontsize=8)
+        axis.set_yscale("log")
+        axis.set_ylabel("frames/s (median)")
+        axis.set_title(f"{workload_name}: higher is better")
+        axis.grid(axis="y", alpha=0.3)
+        axis.legend(fontsize=8, ncol=3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def machine() -> str:
+    """The machine, in words."""
+    memory = psutil.virtual_memory().total / 2**30
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB; "
+        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, numpy {np.__version__}"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
+    parser.add_argument("--workloads", default="control,atari", help="comma-separated: control, atari")
+    parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (default 5, quick 2)")
+    parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the benchmark and writes its outputs."""
+    args = build_parser().parse_args(argv)
+    repetitions = args.repetitions or (2 if args.quick else 5)
+    output_dir = pathlib.Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "command": " ".join(["python", "scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine(),
+        "quick": args.quick,
+        "repetitions": repetitions,
+        "workloads": {},
+    }
+    started = time.perf_counter()
+    for name in args.workloads.split(","):
+        workload = WORKLOADS[name]
+        if args.quick:
+            workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
+        results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress)
+        results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
+    results["seconds"] = time.perf_counter() - started
+    table = markdown(results)
+    (output_dir / "results.md").write_text(f"{results['command']}\n\n{results['machine']}\n\n{table}")
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    plot(results, output_dir / "results.png")
+    print(table)
+    print(f"{results['machine']}; {results['seconds']:.0f} s. Outputs in {output_dir}/results.{{md,json,png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
