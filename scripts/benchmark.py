@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -184,6 +185,11 @@ def _time(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def _add_steps(system: System, batches: list[Any], num_adds: int) -> None:
+    for t in range(num_adds):
+        system.add(batches[t % len(batches)])
+
+
 def _iterate(dataset: tf.data.Dataset, num_batches: int) -> float:
     iterator = iter(dataset)
     for _ in range(3):
@@ -313,7 +319,9 @@ class TFAgentsPy(System):
 
     def sample_dataset(self, num_batches: int) -> float:
         w = self.workload
-        return _iterate(self.buffer.as_dataset(w.sample_batch_size, w.num_steps).prefetch(tf.data.AUTOTUNE), num_batches)
+        return _iterate(
+            self.buffer.as_dataset(w.sample_batch_size, w.num_steps).prefetch(tf.data.AUTOTUNE), num_batches
+        )
 
     def get_next(self, num_batches: int) -> float:
         w = self.workload
@@ -364,9 +372,10 @@ class TFAgentsReverb(System):
         return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
 
     def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
-        path = {}
-        seconds = _time(lambda: path.update(p=self.buffer.py_client.checkpoint()))
-        size = sum(f.stat().st_size for f in pathlib.Path(path["p"]).rglob("*") if f.is_file())
+        start = time.perf_counter()
+        path = pathlib.Path(self.buffer.py_client.checkpoint())
+        seconds = time.perf_counter() - start
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         return seconds, None, size
 
     def close(self) -> None:
@@ -384,9 +393,7 @@ class NumpyLimit(System):
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload)
         self.fields = tf.nest.flatten(workload.spec)
-        self.arrays = [
-            np.zeros((workload.frames, *s.shape.as_list()), s.dtype.as_numpy_dtype) for s in self.fields
-        ]
+        self.arrays = [np.zeros((workload.frames, *s.shape.as_list()), s.dtype.as_numpy_dtype) for s in self.fields]
         self.position = 0
         self.rng = np.random.default_rng(0)
 
@@ -409,7 +416,12 @@ class NumpyLimit(System):
     def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
         path = directory / "arrays.npz"
         save = _time(lambda: np.savez(path, *self.arrays))
-        load = _time(lambda: [np.copyto(a, b) for a, b in zip(self.arrays, np.load(path).values())])
+
+        def load_arrays() -> None:
+            for array, loaded in zip(self.arrays, np.load(path).values()):
+                np.copyto(array, loaded)
+
+        load = _time(load_arrays)
         return save, load, path.stat().st_size
 
     def stored_bytes(self) -> int:
@@ -452,7 +464,7 @@ def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bo
     with tqdm(total=steps, desc=f"{workload.name}: measure", disable=not progress) as bar:
         for _ in range(repetitions):
             for system in systems:
-                seconds = _time(lambda s=system: [s.add(batches[t % len(batches)]) for t in range(num_adds)])
+                seconds = _time(functools.partial(_add_steps, system, batches, num_adds))
                 samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
                 graph = system.add_graph(num_adds * 5)
                 if graph is not None:
@@ -494,7 +506,7 @@ def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bo
 
 
 def ratios(result: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """tfbuffers / peer medians, per measure."""
+    """Ratios of medians, tfbuffers / peer, per measure."""
     table: dict[str, dict[str, float]] = {}
     for measure, by_system in result["measures"].items():
         row = {}
@@ -528,9 +540,14 @@ def markdown(results: dict[str, Any]) -> str:
             cells = []
             for name in names:
                 entry = result["measures"][measure].get(name)
-                cells.append("-" if entry is None else f"{_fmt(entry['median'])} ({_fmt(entry['min'])}–{_fmt(entry['max'])})")
+                cells.append(
+                    "-" if entry is None else f"{_fmt(entry['median'])} ({_fmt(entry['min'])}–{_fmt(entry['max'])})"
+                )
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        for key, label in (("stored_bytes_per_frame", "stored bytes/frame"), ("resident_bytes_per_frame", "resident bytes/frame (RSS)")):
+        for key, label in (
+            ("stored_bytes_per_frame", "stored bytes/frame"),
+            ("resident_bytes_per_frame", "resident bytes/frame (RSS)"),
+        ):
             cells = [_fmt(result["memory"][name][key]) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines += ["", "Ratios (tfbuffers / peer, medians of the same run):", ""]

@@ -123,3 +123,23 @@ def test_ragged_lists_and_strings_are_refused():
     with pytest.raises(TypeError) as raised:
         check(["a", "b"], tf.TensorSpec([], tf.int32))
     assert str(raised.value) == "<root>: expected an array, tensor or number, got list"
+
+
+def test_the_numpy_fast_path_takes_only_what_check_batch_passes_unchanged():
+    spec = {"a": tf.TensorSpec([2], tf.float32), "b": Pair(tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.uint8))}
+    fields = specs.flatten_spec(spec)
+    fast = specs.NumpyFastPath(spec, fields, (3,))
+    good = {"a": np.zeros([3, 2], np.float32), "b": Pair(np.arange(3, dtype=np.int32), np.ones(3, np.uint8))}
+    leaves = fast.leaves(good)
+    assert leaves is not None and [x is y for x, y in zip(leaves, specs.check_batch(good, spec, fields, (3,))[0])]
+    others = [
+        {"a": [[0.0, 0.0]] * 3, "b": good["b"]},  # Python values: converted by check_batch
+        {"a": tf.zeros([3, 2]), "b": good["b"]},  # a tensor
+        {"a": np.zeros([3, 2], np.float64), "b": good["b"]},  # wrong dtype
+        {"a": np.zeros([2, 2], np.float32), "b": good["b"]},  # wrong batch size
+        {"a": good["a"], "c": good["b"]},  # wrong key
+        {"a": good["a"], "b": Other(*good["b"])},  # another namedtuple
+        {"a": good["a"], "b": tuple(good["b"])},  # a plain tuple
+    ]
+    for items in others:
+        assert fast.leaves(items) is None

@@ -122,6 +122,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         self._dataset_structure = _tuples_for_lists(data_spec)
         self._capacity = capacity
         self._stateful_dataset = stateful_dataset
+        self._fast_path: specs.NumpyFastPath | None = None
 
     @property
     def data_spec(self) -> Any:
@@ -176,6 +177,11 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
           tf.errors.InvalidArgumentError: Inside a graph, when a shape unknown at
             trace time turns out wrong.
         """
+        if self._fast_path is None:
+            self._fast_path = specs.NumpyFastPath(self._data_spec, self._fields, self._add_batch_outer_dims())
+        leaves = self._fast_path.leaves(items)
+        if leaves is not None:
+            return self._add_batch(leaves, [])
         leaves, deferred = specs.check_batch(items, self._data_spec, self._fields, self._add_batch_outer_dims())
         return self._add_batch(leaves, deferred)
 
