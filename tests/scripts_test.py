@@ -23,6 +23,7 @@ def load_script(name):
 
 train_dqn = load_script("train_dqn")
 populate_starter_buffer = load_script("populate_starter_buffer")
+benchmark = load_script("benchmark")
 
 
 @pytest.mark.parametrize(
@@ -72,7 +73,9 @@ populate_starter_buffer = load_script("populate_starter_buffer")
     ],
 )
 def test_help_documents_every_flag(script, flags, capsys):
-    module = {"train_dqn": train_dqn, "populate_starter_buffer": populate_starter_buffer}[script]
+    module = {"train_dqn": train_dqn, "populate_starter_buffer": populate_starter_buffer, "benchmark": benchmark}[
+        script
+    ]
     parser = module.build_parser()
     documented = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings[0] != "-h"}
     assert set(documented) == flags
@@ -131,3 +134,26 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
     assert result.frames_from_starter == metadata["frames"]
     assert result.frames_in_buffer == metadata["frames"] + result.frames_collected
     assert result.train_steps == 50
+
+
+def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
+    """A smoke run: it completes and writes what it should. Timings are never asserted."""
+    assert benchmark.main(["--quick", "--repetitions", "1", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["workloads"]) == {"control", "atari"}
+    systems = {cls.name for cls in benchmark.SYSTEMS}
+    for result in results["workloads"].values():
+        measures = result["measures"]
+        assert set(measures["add_eager"]) == systems
+        assert set(measures["add_graph"]) == {"tfbuffers TF", "TF-Agents TF"}
+        assert set(measures["sample_dataset"]) == systems - {"numpy limit"}
+        assert set(measures["get_next"]) == systems - {"TF-Agents Reverb"}
+        assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
+        assert all(entry["median"] > 0 and entry["runs"] == 1 for m in measures.values() for entry in m.values())
+        assert result["memory"]["tfbuffers TF"]["stored_bytes_per_frame"] == result["workload"]["payload_bytes"]
+        assert result["memory"]["tfbuffers py"]["stored_bytes_per_frame"] == result["workload"]["payload_bytes"]
+        assert "tfbuffers TF / TF-Agents TF" in result["ratios"]["sample_dataset"]
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "results.md").read_text()
+    assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
+    assert "### control" in capsys.readouterr().out

@@ -44,11 +44,21 @@ NUMPY = Ops(
 
 
 def _int64(value: Any) -> tf.Tensor:
-    return tf.cast(value, tf.int64)
+    # Python ints become constants, not Const+Cast pairs: every op counts in a
+    # tf.data map function that runs once per sampled batch.
+    if tf.is_tensor(value):
+        return value if value.dtype == tf.int64 else tf.cast(value, tf.int64)
+    return tf.constant(value, tf.int64)
+
+
+def _arange(n: Any) -> tf.Tensor:
+    if tf.is_tensor(n):
+        return tf.range(_int64(n), dtype=tf.int64)
+    return tf.constant(np.arange(n, dtype=np.int64))
 
 
 TENSORFLOW = Ops(
-    arange=lambda n: tf.range(_int64(n), dtype=tf.int64),
+    arange=_arange,
     minimum=lambda a, b: tf.minimum(_int64(a), _int64(b)),
     maximum=lambda a, b: tf.maximum(_int64(a), _int64(b)),
 )
@@ -69,8 +79,10 @@ def windows_per_segment(ops: Ops, added: Any, max_length: int, num_steps: int) -
     return ops.maximum(ops.minimum(added, max_length) - num_steps + 1, 0)
 
 
-def window_ids(ops: Ops, draws: Any, added: Any, max_length: int, batch_size: int, num_steps: int) -> Any:
-    """Frame ids of the windows picked by `draws`.
+def window_ids_and_rows(
+    ops: Ops, draws: Any, added: Any, max_length: int, batch_size: int, num_steps: int
+) -> tuple[Any, Any]:
+    """Frame ids and storage rows of the windows picked by `draws`.
 
     Args:
       ops: The backend.
@@ -81,13 +93,12 @@ def window_ids(ops: Ops, draws: Any, added: Any, max_length: int, batch_size: in
       num_steps: Window length T.
 
     Returns:
-      Ids of shape `S + [T]`: draw `k` picks segment `k % B` and the window
-      starting `k // B` frames after the oldest stored one.
+      Ids and rows, each of shape `S + [T]`: draw `k` picks segment `k % B`
+      and the window starting `k // B` frames after the oldest stored one.
     """
-    segment = draws % batch_size
-    start = oldest_add(ops, added, max_length) + draws // batch_size
-    adds = start[..., None] + ops.arange(num_steps)
-    return adds * batch_size + segment[..., None]
+    segment = (draws % batch_size)[..., None]
+    adds = (oldest_add(ops, added, max_length) + draws // batch_size)[..., None] + ops.arange(num_steps)
+    return adds * batch_size + segment, (adds % max_length) * batch_size + segment
 
 
 def rows_of_ids(ids: Any, max_length: int, batch_size: int) -> Any:

@@ -144,10 +144,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
                 raise tf.errors.InvalidArgumentError(None, None, message)
             draws = np.asarray(self._rng.integers(0, total, size=shape, dtype=np.int64))
-            ids = _ring.window_ids(_OPS, draws, added, self._max_length, self._batch_size, num_steps or 1)
+            ids, rows = _ring.window_ids_and_rows(
+                _OPS, draws, added, self._max_length, self._batch_size, num_steps or 1
+            )
             if num_steps is None:
-                ids = ids[..., 0]
-            leaves = self._table.read(self._rows(ids))
+                ids, rows = ids[..., 0], rows[..., 0]
+            leaves = self._table.read(rows)
         return leaves, np.asarray(ids), np.full(shape, 1.0 / total, np.float32)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:

@@ -165,14 +165,17 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             windows = _ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)
             total = windows * self._batch_size
             message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
-            with tf.control_dependencies([tf.debugging.assert_positive(total, message=message)]):
+            # A plain Assert with string data needs no tf.cond guard: fewer ops per sample.
+            with tf.control_dependencies([tf.debugging.Assert(total > 0, [message])]):
                 shape = [] if sample_batch_size is None else [sample_batch_size]
                 draws = tf.random.uniform(shape, 0, tf.maximum(total, 1), dtype=tf.int64)
-            ids = _ring.window_ids(_OPS, draws, added, self._max_length, self._batch_size, num_steps or 1)
+            ids, rows = _ring.window_ids_and_rows(
+                _OPS, draws, added, self._max_length, self._batch_size, num_steps or 1
+            )
             if num_steps is None:
-                ids = ids[..., 0]
+                ids, rows = ids[..., 0], rows[..., 0]
             probability = tf.cast(1.0 / tf.cast(total, tf.float64), tf.float32)
-            return self._table.read(self._rows(ids)), ids, tf.fill(shape, probability)
+            return self._table.read(rows), ids, tf.fill(shape, probability)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
