@@ -133,6 +133,7 @@ class System:
     """A buffer implementation under test; unsupported measures return None."""
 
     name = ""
+    adds = True  # whether it stores anything (the tf.data ceiling does not)
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
@@ -428,7 +429,41 @@ class NumpyLimit(System):
         return sum(a.nbytes for a in self.arrays)
 
 
-SYSTEMS: list[type[System]] = [TFBuffersTF, TFAgentsTF, TFBuffersPy, TFAgentsPy, TFAgentsReverb, NumpyLimit]
+class TFDataCeiling(System):
+    """No buffer: a dataset whose elements have the same structure, made by `tf.fill`.
+
+    What tf.data and the Python iterator cost per element on this machine, which
+    bounds every `as_dataset` pipeline from above.
+    """
+
+    name = "tf.data ceiling"
+    adds = False
+
+    def fill(self, batches: list[Any], bar: Any) -> None:
+        bar.update(self.workload.frames)
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        outer = [w.sample_batch_size, w.num_steps]
+
+        def element(_: tf.Tensor) -> Any:
+            items = tf.nest.map_structure(lambda s: tf.fill(outer + s.shape.as_list(), tf.cast(1, s.dtype)), w.spec)
+            ids = tf.fill(outer, tf.constant(1, tf.int64))
+            return items, tfbuffers.BufferInfo(ids, tf.fill(outer[:1], 0.5))
+
+        dataset = tf.data.Dataset.counter().map(element, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+
+SYSTEMS: list[type[System]] = [
+    TFBuffersTF,
+    TFAgentsTF,
+    TFBuffersPy,
+    TFAgentsPy,
+    TFAgentsReverb,
+    NumpyLimit,
+    TFDataCeiling,
+]
 
 
 def _rss() -> int:
@@ -450,13 +485,13 @@ def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bo
             resident = _rss() - before
             stored = system.stored_bytes()
             memory[system.name] = {
-                "resident_bytes_per_frame": resident / workload.frames,
+                "resident_bytes_per_frame": resident / workload.frames if system.adds else None,
                 "stored_bytes_per_frame": None if stored is None else stored / workload.frames,
             }
             systems.append(system)
 
     num_adds = 200 if quick else 2_000
-    sample_batches = 20 if quick else 200
+    sample_batches = 20 if quick else 500
     pass_elements = 100 if quick else 2_000
     frames_per_sample = workload.sample_batch_size * workload.num_steps
     samples: dict[str, dict[str, list[float]]] = {name: {s.name: [] for s in systems} for name in MEASURES}
@@ -464,8 +499,9 @@ def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bo
     with tqdm(total=steps, desc=f"{workload.name}: measure", disable=not progress) as bar:
         for _ in range(repetitions):
             for system in systems:
-                seconds = _time(functools.partial(_add_steps, system, batches, num_adds))
-                samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
+                if system.adds:
+                    seconds = _time(functools.partial(_add_steps, system, batches, num_adds))
+                    samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
                 graph = system.add_graph(num_adds * 5)
                 if graph is not None:
                     samples["add_graph"][system.name].append(num_adds * 5 * workload.num_envs / graph)
@@ -513,7 +549,7 @@ def ratios(result: dict[str, Any]) -> dict[str, dict[str, float]]:
         for ours, theirs in OURS.items():
             if ours in by_system and theirs in by_system:
                 row[f"{ours} / {theirs}"] = by_system[ours]["median"] / by_system[theirs]["median"]
-            for peer in ("TF-Agents Reverb", "numpy limit"):
+            for peer in ("TF-Agents Reverb", "numpy limit", "tf.data ceiling"):
                 if ours in by_system and peer in by_system:
                     row[f"{ours} / {peer}"] = by_system[ours]["median"] / by_system[peer]["median"]
         table[measure] = row
