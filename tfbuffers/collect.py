@@ -87,6 +87,8 @@ def warm(
     if isinstance(env, tf_environment.TFEnvironment):
         collect = _tf_collector(buffer, env, policy)
     elif isinstance(env, py_environment.PyEnvironment):
+        if isinstance(policy, tf_policy.TFPolicy):
+            policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
         collect = _py_collector(buffer, env, policy)
     else:
         raise TypeError(NOT_AN_ENVIRONMENT.format(received=type(env).__name__))
@@ -130,8 +132,6 @@ def _tf_collector(buffer: ReplayBuffer, env: Any, policy: Any) -> Any:
 
 def _py_collector(buffer: ReplayBuffer, env: Any, policy: Any) -> Any:
     """`collect(time_step, state, frames) -> (time_step, state, frames added)` with a py driver."""
-    if isinstance(policy, tf_policy.TFPolicy):
-        policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
     batch_size = env.batch_size or 1
     frames = [0]
 
