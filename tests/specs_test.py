@@ -131,7 +131,9 @@ def test_the_numpy_fast_path_takes_only_what_check_batch_passes_unchanged():
     fast = specs.NumpyFastPath(spec, fields, (3,))
     good = {"a": np.zeros([3, 2], np.float32), "b": Pair(np.arange(3, dtype=np.int32), np.ones(3, np.uint8))}
     leaves = fast.leaves(good)
-    assert leaves is not None and [x is y for x, y in zip(leaves, specs.check_batch(good, spec, fields, (3,))[0])]
+    checked = specs.check_batch(good, spec, fields, (3,))[0]
+    assert leaves is not None and len(leaves) == len(checked) == 3
+    assert all(x is y for x, y in zip(leaves, checked))
     others = [
         {"a": [[0.0, 0.0]] * 3, "b": good["b"]},  # Python values: converted by check_batch
         {"a": tf.zeros([3, 2]), "b": good["b"]},  # a tensor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,12 +19,15 @@ class NumpyTable(tf.__internal__.tracking.Trackable):
     """`num_rows` rows of every field in `[num_rows, *shape]` arrays, plus an add counter.
 
     `tf.train.Checkpoint` saves the arrays and the counter through
-    `_serialize_to_tensors`, and restores them in place.
+    `_serialize_to_tensors`, and restores them in place. Both hold `lock`, the
+    owning buffer's, so a save taken while other threads add is one consistent
+    snapshot (a copy of the arrays) and a restore is never seen half done.
     """
 
-    def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
+    def __init__(self, fields: Sequence[Field], num_rows: int, lock: threading.Lock) -> None:
         """Allocates zero-filled arrays (pages are only touched when written)."""
         self._fields = list(fields)
+        self._lock = lock
         self.arrays = [
             np.zeros((num_rows, *field.spec.shape.as_list()), field.spec.dtype.as_numpy_dtype) for field in fields
         ]
@@ -42,8 +46,9 @@ class NumpyTable(tf.__internal__.tracking.Trackable):
         return f"field_{index}"
 
     def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
-        tensors = {self._key(i): tf.convert_to_tensor(array) for i, array in enumerate(self.arrays)}
-        tensors[ADDED_KEY] = tf.constant(self.added, tf.int64)
+        with self._lock:  # copies: a tensor made from an array may share its memory
+            tensors = {self._key(i): tf.constant(array.copy()) for i, array in enumerate(self.arrays)}
+            tensors[ADDED_KEY] = tf.constant(self.added, tf.int64)
         return tensors
 
     def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> None:
@@ -57,6 +62,7 @@ class NumpyTable(tf.__internal__.tracking.Trackable):
                         expected=f"{array.shape} {array.dtype}",
                     )
                 )
-        for array, value in zip(self.arrays, restored):
-            np.copyto(array, value)
-        self.added = int(np.asarray(restored_tensors[ADDED_KEY]))
+        with self._lock:
+            for array, value in zip(self.arrays, restored):
+                np.copyto(array, value)
+            self.added = int(np.asarray(restored_tensors[ADDED_KEY]))

@@ -34,12 +34,14 @@ class Ops(NamedTuple):
     arange: Any
     minimum: Any
     maximum: Any
+    all: Any
 
 
 NUMPY = Ops(
     arange=lambda n: np.arange(n, dtype=np.int64),
     minimum=np.minimum,
     maximum=np.maximum,
+    all=lambda x: bool(np.all(x)),
 )
 
 
@@ -61,6 +63,7 @@ TENSORFLOW = Ops(
     arange=_arange,
     minimum=lambda a, b: tf.minimum(_int64(a), _int64(b)),
     maximum=lambda a, b: tf.maximum(_int64(a), _int64(b)),
+    all=tf.reduce_all,
 )
 
 
@@ -99,6 +102,12 @@ def window_ids_and_rows(
     segment = (draws % batch_size)[..., None]
     adds = (oldest_add(ops, added, max_length) + draws // batch_size)[..., None] + ops.arange(num_steps)
     return adds * batch_size + segment, (adds % max_length) * batch_size + segment
+
+
+def are_stored(ops: Ops, ids: Any, added: Any, max_length: int, batch_size: int) -> Any:
+    """Whether every frame of `ids` is still stored (a scalar bool)."""
+    adds = ids // batch_size
+    return ops.all((adds >= oldest_add(ops, added, max_length)) & (adds < added))
 
 
 def rows_of_ids(ids: Any, max_length: int, batch_size: int) -> Any:

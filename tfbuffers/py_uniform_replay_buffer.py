@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfbuffers import _ring, specs
 from tfbuffers._numpy_table import NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
-from tfbuffers.replay_buffer import NOT_ENOUGH_FRAMES, BufferInfo, optional_positive_int, positive_int
+from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo, optional_positive_int, positive_int
 
 _OPS = _ring.NUMPY
 
@@ -110,28 +110,33 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
         )
-        self._table = NumpyTable(self._fields, self.capacity)
         self._lock = threading.Lock()
+        self._table = NumpyTable(self._fields, self.capacity, self._lock)
         self._rng = np.random.default_rng(seed)
         self._dtypes = [field.spec.dtype for field in self._fields]
+        self._segments = np.arange(self._batch_size, dtype=np.int64)
 
     def _num_frames(self) -> np.int64:
         with self._lock:
             return np.int64(_ring.frames_per_segment(_OPS, self._table.added, self._max_length) * self._batch_size)
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> np.ndarray:
-        arrays = []
-        for field, leaf in zip(self._fields, leaves):
-            if not isinstance(leaf, np.ndarray):  # a tensor: check_batch made everything else numpy
-                if not hasattr(leaf, "numpy"):
-                    raise TypeError(SYMBOLIC_TENSOR.format(path=field.path))
-                leaf = leaf.numpy()
-            arrays.append(leaf)
+        # A tensor is the only leaf that is not numpy here (check_batch converts everything else).
+        arrays = [
+            leaf if isinstance(leaf, np.ndarray) else self._tensor_value(field, leaf)
+            for field, leaf in zip(self._fields, leaves)
+        ]
         with self._lock:
             added = self._table.added
             self._table.write_block((added % self._max_length) * self._batch_size, arrays)
             self._table.added = added + 1
-        return added * self._batch_size + _OPS.arange(self._batch_size)
+        return added * self._batch_size + self._segments
+
+    @staticmethod
+    def _tensor_value(field: specs.Field, leaf: Any) -> np.ndarray:
+        if not hasattr(leaf, "numpy"):
+            raise TypeError(SYMBOLIC_TENSOR.format(path=field.path))
+        return np.asarray(leaf.numpy())
 
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -158,6 +163,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _gather_arrays(self, ids: np.ndarray) -> list[np.ndarray]:
         with self._lock:
+            if not _ring.are_stored(_OPS, ids, self._table.added, self._max_length, self._batch_size):
+                raise ValueError(FRAMES_GONE)  # numpy_function raises it as InvalidArgumentError
             return self._table.read(self._rows(ids))
 
     def _gather_all(self) -> Any:

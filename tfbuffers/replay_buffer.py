@@ -34,6 +34,10 @@ Attributes:
 """
 
 NOT_A_POSITIVE_INT = "{name}: expected a positive int{or_none}, got {received}"
+FRAMES_GONE = (
+    "deterministic pass: frames it was to read are no longer stored (overwritten or cleared since the pass "
+    "began); pause adds during a single deterministic pass"
+)
 NUM_STEPS_TOO_LARGE = "num_steps: expected at most max_length={max_length}, got {received}"
 NOT_CALLABLE = "{name}: expected a callable or None, got {received}"
 NOT_ENOUGH_FRAMES = (

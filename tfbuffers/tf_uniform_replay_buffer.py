@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -9,9 +11,76 @@ import tensorflow as tf
 from tfbuffers import _ring, specs
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers._variable_table import VariableTable
-from tfbuffers.replay_buffer import NOT_ENOUGH_FRAMES, BufferInfo
+from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo
 
 _OPS = _ring.TENSORFLOW
+
+CONCURRENT_WRITERS = (
+    "TFUniformReplayBuffer.{name}: another thread is writing to this buffer inside a graph; concurrent graph "
+    "writers are not supported: call add_batch eagerly from each thread (serialized), use one buffer per "
+    "writer, or guard the writers with your own lock"
+)
+
+
+_PHILOX = 1  # the RNG algorithm id of `RngReadAndSkip`, whose state's first word counts in steps of 256
+_ONE = 1
+_MINUS_ONE = 2**64 - 1  # -1 as the op's uint64 delta: the counter wraps modulo 2**64
+
+
+class _Concurrency:
+    """What lets threads share a buffer: a try-lock for writers, and what lock-free readers check against.
+
+    Writers (`add_batch`, `clear`, a restore) hold `writers`, a counter moved
+    atomically by `RngReadAndSkip` (TensorFlow's only fetch-and-add): a writer
+    that finds it non-zero undoes its increment and raises, before touching
+    storage. Eager writers also take a Python lock, so any number of threads may
+    call `add_batch` eagerly; graph writers (a driver's `tf.function`) in several
+    threads at once raise `CONCURRENT_WRITERS` instead of corrupting the buffer.
+    (A `tf.CriticalSection` would queue them, but costs 2.5x the whole in-graph
+    add and deadlocks a driver loop that also holds a TF-Agents buffer.)
+
+    Readers take no lock (a seqlock): they read `generation` and the counter,
+    gather, then read `writers`, the counter and `generation` again. What they
+    gathered is whole iff the generation is unchanged and every add it reads is
+    at least `added' + writers' - max_length`, i.e. not overwritten by a write
+    that started before the gather ended; otherwise they read again.
+
+    A plain object, not a `tf.Module`: none of this is checkpointed.
+    """
+
+    def __init__(self) -> None:
+        self.eager_lock = threading.Lock()
+        self.writers = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="writers")
+        self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
+        self.functions: dict[str, Any] = {}
+
+    def compiled(self, name: str, fn: Callable[..., Any]) -> Any:
+        """`tf.function(fn)`, made once: eager calls then cost one function call, not dozens of eager ops."""
+        if name not in self.functions:
+            self.functions[name] = tf.function(fn, autograph=False)
+        return self.functions[name]
+
+    def _fetch_add(self, delta: Any) -> tf.Tensor:
+        old = tf.raw_ops.RngReadAndSkip(resource=self.writers.handle, alg=_PHILOX, delta=delta)
+        return old[0] // 256
+
+    def writing(self) -> tf.Tensor:
+        """How many writers hold or are trying the lock (0 at rest)."""
+        return self.writers.read_value()[0] // 256
+
+    def exclusive(self, write: Callable[[], Any], name: str) -> Any:
+        """Builds `write()` holding the writers' lock; it raises `CONCURRENT_WRITERS` if another writer holds it.
+
+        Eager callers run it through `compiled`, holding `eager_lock`.
+        """
+        held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64)), 0)
+        undo = self._fetch_add(tf.where(held, tf.constant(0, tf.uint64), tf.constant(_MINUS_ONE, tf.uint64)))
+        with tf.control_dependencies([undo, tf.debugging.Assert(held, [CONCURRENT_WRITERS.format(name=name)])]):
+            result = write()
+        with tf.control_dependencies(tf.nest.flatten(result)):
+            released = self._fetch_add(tf.constant(_MINUS_ONE, tf.uint64))
+        with tf.control_dependencies([released]):
+            return tf.nest.map_structure(tf.identity, result)
 
 
 class TFUniformReplayBuffer(SegmentedReplayBuffer):
@@ -113,6 +182,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(device), tf.name_scope(scope):
             self._table = VariableTable(self._fields, self.capacity)
             self._added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
+            self._concurrency = _Concurrency()
 
     @property
     def device(self) -> str:
@@ -133,58 +203,148 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return _ring.frames_per_segment(_OPS, self._added.read_value(), self._max_length) * self._batch_size
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
+        if tf.executing_eagerly():
+            tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]
+            with self._concurrency.eager_lock:
+                return self._concurrency.compiled("add_batch", self._write)(tensors, [])
+        return self._write(leaves, deferred)
+
+    def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
-            with tf.control_dependencies(specs.graph_shape_assertions(deferred)):
-                added = self._added.read_value()
-            ids = added * self._batch_size + _OPS.arange(self._batch_size)
-            if deferred:
-                # A shape unknown at trace time: index each leaf by its own length, so that no
-                # static shape conflict fires before the assertions name the faulty field.
-                rows = [self._rows(added * self._batch_size + _OPS.arange(tf.shape(x)[0])) for x in leaves]
-            else:
-                rows = [self._rows(ids)] * len(leaves)
-            writes = self._table.write(rows, leaves)
-            # The counter moves only once the rows are written, so that readers
-            # never count a frame that is not there yet.
-            with tf.control_dependencies(writes):
-                self._added.assign_add(1)
-                return tf.identity(ids)
+            assertions = specs.graph_shape_assertions(deferred)
+            leaves = [tf.convert_to_tensor(leaf) for leaf in leaves]
+
+            def write() -> tf.Tensor:
+                with tf.control_dependencies(assertions):
+                    added = self._added.read_value()
+                ids = added * self._batch_size + _OPS.arange(self._batch_size)
+                if deferred:
+                    # A shape unknown at trace time: index each leaf by its own length, so that no
+                    # static shape conflict fires before the assertions name the faulty field.
+                    rows = [self._rows(added * self._batch_size + _OPS.arange(tf.shape(x)[0])) for x in leaves]
+                else:
+                    rows = [self._rows(ids)] * len(leaves)
+                writes = self._table.write(rows, leaves)
+                # The counter moves only once the rows are written, so that readers
+                # never count a frame that is not there yet.
+                with tf.control_dependencies(writes):
+                    moved = self._added.assign_add(1)
+                with tf.control_dependencies([moved]):
+                    return tf.identity(ids)
+
+            return self._concurrency.exclusive(write, "add_batch")
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
 
     def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
-            return self._table.read(self._rows(ids))
+            # Planned ids must still be stored, and not overwritten while they were read.
+            stored = _ring.are_stored(_OPS, ids, self._added.read_value(), self._max_length, self._batch_size)
+            with tf.control_dependencies([tf.debugging.Assert(stored, [FRAMES_GONE])]):
+                leaves = self._table.read(self._rows(ids))
+            with tf.control_dependencies(leaves):
+                writing = self._concurrency.writing()
+            with tf.control_dependencies([writing]):
+                added = self._added.read_value()
+            oldest_whole = added + writing - self._max_length
+            whole = tf.reduce_min(ids) // self._batch_size >= oldest_whole
+            with tf.control_dependencies([tf.debugging.Assert(whole, [FRAMES_GONE])]):
+                return [tf.identity(leaf) for leaf in leaves]
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
-            added = self._added.read_value()
-            windows = _ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)
-            total = windows * self._batch_size
-            message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
-            # A plain Assert with string data needs no tf.cond guard: fewer ops per sample.
-            with tf.control_dependencies([tf.debugging.Assert(total > 0, [message])]):
-                shape = [] if sample_batch_size is None else [sample_batch_size]
-                draws = tf.random.uniform(shape, 0, tf.maximum(total, 1), dtype=tf.int64)
-            ids, rows = _ring.window_ids_and_rows(
-                _OPS, draws, added, self._max_length, self._batch_size, num_steps or 1
-            )
-            if num_steps is None:
-                ids, rows = ids[..., 0], rows[..., 0]
-            probability = tf.cast(1.0 / tf.cast(total, tf.float64), tf.float32)
-            return self._table.read(rows), ids, tf.fill(shape, probability)
+
+            def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
+                leaves, ids, probabilities = self._draw(sample_batch_size, num_steps)
+                return [*leaves, ids, probabilities], tf.reduce_min(ids) // self._batch_size
+
+            outputs = self._read_whole(draw)
+            return outputs[:-2], outputs[-2], outputs[-1]
+
+    def _read_whole(self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]]) -> list[tf.Tensor]:
+        """`read()`'s tensors, read again until no write overlapped the read (see `_Concurrency`).
+
+        `read` returns its tensors and the oldest add number they hold.
+        """
+        concurrency = self._concurrency
+
+        def attempt() -> tuple[tf.Tensor, list[tf.Tensor]]:
+            generation = concurrency.generation.read_value()
+            with tf.control_dependencies([generation]):
+                tensors, oldest = read()
+            with tf.control_dependencies(tensors):
+                writing = concurrency.writing()
+            with tf.control_dependencies([writing]):
+                added = self._added.read_value()
+            with tf.control_dependencies([added]):
+                unchanged = tf.equal(concurrency.generation.read_value(), generation)
+            return tf.logical_and(unchanged, oldest >= added + writing - self._max_length), tensors
+
+        whole, tensors = attempt()
+        _, retried = tf.while_loop(
+            lambda whole, _: tf.logical_not(whole),
+            lambda whole, _: attempt(),
+            [whole, tensors],
+            shape_invariants=[whole.shape, [tf.TensorShape([None] * t.shape.rank) for t in tensors]],
+        )
+        for tensor, first in zip(retried, tensors):
+            tensor.set_shape(first.shape)
+        return retried
+
+    def _draw(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        added = self._added.read_value()
+        windows = _ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)
+        total = windows * self._batch_size
+        message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
+        # A plain Assert with string data needs no tf.cond guard: fewer ops per sample.
+        with tf.control_dependencies([tf.debugging.Assert(total > 0, [message])]):
+            shape = [] if sample_batch_size is None else [sample_batch_size]
+            draws = tf.random.uniform(shape, 0, tf.maximum(total, 1), dtype=tf.int64)
+        ids, rows = _ring.window_ids_and_rows(_OPS, draws, added, self._max_length, self._batch_size, num_steps or 1)
+        if num_steps is None:
+            ids, rows = ids[..., 0], rows[..., 0]
+        probability = tf.cast(1.0 / tf.cast(total, tf.float64), tf.float32)
+        return self._table.read(rows), ids, tf.fill(shape, probability)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
+        sample = self._sample_tensors
+        if tf.executing_eagerly():
+            sample = self._concurrency.compiled("sample", sample)
+        leaves, ids, probabilities = sample(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
     def _gather_all(self) -> Any:
+        if tf.executing_eagerly():
+            return self._pack(self._concurrency.compiled("gather_all", self._gather_all_tensors)())
+        return self._pack(self._gather_all_tensors())
+
+    def _gather_all_tensors(self) -> list[tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
-            ids = _ring.chronological_ids(_OPS, self._added.read_value(), self._max_length, self._batch_size)
-            return self._pack(self._table.read(self._rows(ids)))
+
+            def gather_all() -> tuple[list[tf.Tensor], tf.Tensor]:
+                added = self._added.read_value()
+                ids = _ring.chronological_ids(_OPS, added, self._max_length, self._batch_size)
+                return self._table.read(self._rows(ids)), _ring.oldest_add(_OPS, added, self._max_length)
+
+            return self._read_whole(gather_all)
 
     def _clear(self) -> None:
-        self._added.assign(0)
+        if tf.executing_eagerly():
+            with self._concurrency.eager_lock:
+                self._concurrency.compiled("clear", self._clear_tensor)()
+        else:
+            self._clear_tensor()
+
+    def _clear_tensor(self) -> tf.Tensor:
+        with tf.device(self._device), tf.name_scope(self._scope):
+
+            def clear() -> tf.Tensor:
+                with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
+                    return self._added.assign(0, read_value=True)
+
+            return self._concurrency.exclusive(clear, "clear")
