@@ -96,7 +96,19 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _rows(self, ids: Any) -> Any:
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
 
+    def _frames_of(self, added: int) -> int:
+        """How many frames the buffer holds after `added` adds."""
+        return int(_ring.frames_per_segment(_ring.NUMPY, added, self._max_length)) * self._batch_size
+
     # Storage hooks.
+
+    @abc.abstractmethod
+    def _snapshot(self) -> tuple[int, list[Any]]:
+        """(add counter, one `[capacity, *shape]` numpy array per field): one consistent moment."""
+
+    @abc.abstractmethod
+    def _restore(self, added: int, arrays: list[Any]) -> None:
+        """Replaces the contents and counter by a snapshot's, at once for other threads."""
 
     @abc.abstractmethod
     def _added_tensor(self) -> tf.Tensor:

@@ -176,6 +176,16 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         with self._lock:
             self._table.added = 0
 
+    def _snapshot(self) -> tuple[int, list[np.ndarray]]:
+        with self._lock:
+            return self._table.added, [array.copy() for array in self._table.arrays]
+
+    def _restore(self, added: int, arrays: list[Any]) -> None:
+        with self._lock:
+            for array, value in zip(self._table.arrays, arrays):
+                np.copyto(array, value)
+            self._table.added = added
+
     # Tensor views for tf.data: one numpy_function call per element.
 
     def _added_tensor(self) -> tf.Tensor:

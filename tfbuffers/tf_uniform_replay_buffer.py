@@ -15,6 +15,12 @@ from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo
 
 _OPS = _ring.TENSORFLOW
 
+SNAPSHOT_ATTEMPTS = 100
+SNAPSHOT_BUSY = (
+    "TFUniformReplayBuffer: no consistent snapshot in {attempts} reads: adds kept overwriting stored frames "
+    "while the variables were read; pause adds (e.g. between driver runs) while saving"
+)
+
 CONCURRENT_WRITERS = (
     "TFUniformReplayBuffer.{name}: another thread is writing to this buffer inside a graph; concurrent graph "
     "writers are not supported: call add_batch eagerly from each thread (serialized), use one buffer per "
@@ -317,6 +323,49 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             sample = self._concurrency.compiled("sample", sample)
         leaves, ids, probabilities = sample(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
+
+    def _snapshot(self) -> tuple[int, list[Any]]:
+        read = self._concurrency.compiled("snapshot", self._snapshot_tensors)
+        for _ in range(SNAPSHOT_ATTEMPTS):
+            whole, added, values = read()
+            if whole:
+                return int(added), [value.numpy() for value in values]
+        raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
+
+    def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        # The variables are read in one graph, within microseconds; the reads are then
+        # checked like a sample's (see `_Concurrency`).
+        with tf.device(self._device), tf.name_scope(self._scope):
+            concurrency = self._concurrency
+            generation = concurrency.generation.read_value()
+            with tf.control_dependencies([generation]):
+                added = self._added.read_value()
+            with tf.control_dependencies([added]):
+                values = [variable.read_value() for variable in self._table.table_variables]
+            with tf.control_dependencies(values):
+                writing = concurrency.writing()
+            with tf.control_dependencies([writing]):
+                added_after = self._added.read_value()
+            with tf.control_dependencies([added_after]):
+                unchanged = tf.equal(concurrency.generation.read_value(), generation)
+            oldest = _ring.oldest_add(_OPS, added, self._max_length)
+            return tf.logical_and(unchanged, oldest >= added_after + writing - self._max_length), added, values
+
+    def _restore(self, added: int, arrays: list[Any]) -> None:
+        values = [tf.convert_to_tensor(array) for array in arrays]
+        with self._concurrency.eager_lock:
+            self._concurrency.compiled("restore", self._restore_tensors)(tf.constant(added, tf.int64), values)
+
+    def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
+        with tf.device(self._device), tf.name_scope(self._scope):
+
+            def restore() -> tf.Tensor:
+                with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
+                    assigns = [v.assign(x) for v, x in zip(self._table.table_variables, values)]
+                with tf.control_dependencies(assigns):
+                    return self._added.assign(added, read_value=True)
+
+            return self._concurrency.exclusive(restore, "restore")
 
     def _gather_all(self) -> Any:
         if tf.executing_eagerly():

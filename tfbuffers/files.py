@@ -1,0 +1,185 @@
+"""Buffer files: one safetensors file per buffer, written so that a crash never leaves a bad one.
+
+`save(buffer, path)` writes the buffer's contents and counter, with a JSON
+description and your metadata in the file's header, to a temporary file beside
+`path` (in a private directory), flushes it to disk, then renames it over `path` (atomic on POSIX) and
+flushes the directory. A process killed at any moment leaves either the previous
+file or the new one at `path`, never a partial one; temporaries left by killed
+processes are removed by the next save to the same path.
+
+The file holds the segmented layout that `TFUniformReplayBuffer` and
+`PyUniformReplayBuffer` share, so a file saved from one loads into the other.
+
+    >>> import tempfile
+    >>> import numpy as np
+    >>> import tfbuffers
+    >>> from tfbuffers import files
+    >>> spec = {"step": tf.TensorSpec([], tf.int64)}
+    >>> buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=3)
+    >>> _ = buffer.add_batch({"step": np.array([7, 8])})
+    >>> path = tempfile.mkdtemp() + "/buffer.safetensors"
+    >>> _ = files.save(buffer, path, {"policy": "random"})
+    >>> other = tfbuffers.TFUniformReplayBuffer(spec, batch_size=2, max_length=3)
+    >>> files.load(path, other)
+    {'policy': 'random'}
+    >>> other.gather_all()["step"].numpy().tolist()
+    [[7], [8]]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import uuid
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+import tensorflow as tf  # noqa: F401 (the doctest uses it)
+
+FORMAT = "tfbuffers.segmented/1"
+ADDED = "added"
+FIELD_PREFIX = "field/"
+
+NOT_A_BUFFER_FILE = "{path}: expected a tfbuffers buffer file ({format}), got {received}"
+LAYOUT_MISMATCH = "{path}: {what}: the file holds {received}, the buffer expects {expected}"
+NOT_JSON = "metadata: expected a JSON-serialisable dict, got {received}"
+
+
+def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> pathlib.Path:
+    """Saves `buffer`'s contents to `path` atomically; returns the path.
+
+    Safe while other threads use the buffer: it saves one consistent snapshot
+    (the py buffer's arrays copied under its lock; the TF buffer's variables read
+    until no add overlapped the read).
+
+    Args:
+      buffer: A `TFUniformReplayBuffer` or `PyUniformReplayBuffer`.
+      path: The file to write; its directory is created if needed.
+      metadata: A JSON-serialisable dict stored in the header, returned by `load`.
+
+    Returns:
+      `path` as a `pathlib.Path`.
+
+    Raises:
+      TypeError: If `metadata` is not a JSON-serialisable dict.
+    """
+    path = pathlib.Path(path)
+    if not isinstance(metadata, dict | None):
+        raise TypeError(NOT_JSON.format(received=type(metadata).__name__))
+    try:
+        user = json.dumps(metadata or {})
+    except (TypeError, ValueError) as error:
+        raise TypeError(NOT_JSON.format(received=error)) from None
+    added, arrays = buffer._snapshot()
+    tensors = {ADDED: np.array([added], np.int64)}
+    tensors.update({FIELD_PREFIX + field.path: np.ascontiguousarray(a) for field, a in zip(buffer._fields, arrays)})
+    header = {
+        "format": FORMAT,
+        "buffer": type(buffer).__name__,
+        "batch_size": str(buffer.batch_size),
+        "max_length": str(buffer.max_length),
+        "frames": str(int(buffer._frames_of(added))),
+        "fields": json.dumps(_describe_fields(buffer)),
+        "metadata": user,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(path)
+    # A private directory beside `path` holds the file being written (and whatever
+    # temporaries safetensors makes itself), so that one rmtree removes all of them.
+    workspace = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    workspace.mkdir()
+    try:
+        written = workspace / path.name
+        safetensors.numpy.save_file(tensors, written, metadata=header)
+        with open(written, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(written, path)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return path
+
+
+def read_header(path: str | os.PathLike) -> dict[str, Any]:
+    """The description `save` wrote: buffer kind, batch_size, max_length, frames, fields and metadata.
+
+    Raises:
+      FileNotFoundError: If there is no file at `path`.
+      ValueError: If the file is not a tfbuffers buffer file.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such buffer file")
+    try:
+        with safetensors.safe_open(str(path), framework="np") as opened:
+            header = opened.metadata() or {}
+    except Exception as error:  # safetensors raises its own error type for a damaged file
+        raise ValueError(NOT_A_BUFFER_FILE.format(path=path, format=FORMAT, received=error)) from None
+    if header.get("format") != FORMAT:
+        received = f"format {header.get('format')!r}"
+        raise ValueError(NOT_A_BUFFER_FILE.format(path=path, format=FORMAT, received=received))
+    return {
+        "buffer": header["buffer"],
+        "batch_size": int(header["batch_size"]),
+        "max_length": int(header["max_length"]),
+        "frames": int(header["frames"]),
+        "fields": json.loads(header["fields"]),
+        "metadata": json.loads(header["metadata"]),
+    }
+
+
+def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
+    """Replaces `buffer`'s contents with the file's; returns the metadata given to `save`.
+
+    The buffer must have the file's batch_size, max_length and fields (paths,
+    dtypes, shapes); its kind may differ. Nothing is changed if they do not match.
+
+    Raises:
+      FileNotFoundError: If there is no file at `path`.
+      ValueError: If the file is not a buffer file, or its layout differs from the buffer's.
+    """
+    path = pathlib.Path(path)
+    header = read_header(path)
+    expected = {
+        "batch_size": buffer.batch_size,
+        "max_length": buffer.max_length,
+        "fields": _describe_fields(buffer),
+    }
+    for what, value in expected.items():
+        if header[what] != value:
+            raise ValueError(LAYOUT_MISMATCH.format(path=path, what=what, received=header[what], expected=value))
+    with safetensors.safe_open(str(path), framework="np") as opened:
+        added = int(opened.get_tensor(ADDED)[0])
+        arrays = [opened.get_tensor(FIELD_PREFIX + field.path) for field in buffer._fields]
+    buffer._restore(added, arrays)
+    return header["metadata"]
+
+
+def _describe_fields(buffer: Any) -> list[list[Any]]:
+    return [[f.path, f.spec.dtype.name, f.spec.shape.as_list()] for f in buffer._fields]
+
+
+def _remove_stale_temporaries(path: pathlib.Path) -> None:
+    """Removes temporaries of `path` left by processes that no longer run."""
+    for temporary in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = temporary.name[len(path.name) + 2 :].split(".")[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
