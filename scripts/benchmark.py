@@ -47,6 +47,7 @@ from tf_agents.trajectories import trajectory
 from tqdm.auto import tqdm
 
 import tfbuffers
+from tfbuffers import files
 
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
@@ -247,10 +248,21 @@ class _TFBuffer(System):
         return sum(v.shape.num_elements() * v.dtype.size for v in self.buffer.variables())
 
 
+def _files_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
+    """Saves and loads with tfbuffers.files: one safetensors file, fsynced and renamed into place."""
+    path = directory / "buffer.safetensors"
+    save = _time(lambda: files.save(buffer, path))
+    load = _time(lambda: files.load(path, buffer))
+    return save, load, path.stat().st_size
+
+
 class TFBuffersTF(_TFBuffer):
     """tfbuffers.TFUniformReplayBuffer."""
 
     name = "tfbuffers TF"
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
+        return _files_save_load(self.buffer, directory)
 
     def __init__(self, workload: Workload) -> None:
         buffer = tfbuffers.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
@@ -283,7 +295,7 @@ class TFBuffersPy(System):
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
     deterministic_pass = _TFBuffer.deterministic_pass
-    save_load = _TFBuffer.save_load
+    save_load = TFBuffersTF.save_load
 
     def stored_bytes(self) -> int:
         return sum(a.nbytes for a in self.buffer._table.arrays)

@@ -77,7 +77,7 @@ def populate(
       FileExistsError: If a buffer of that name exists and `overwrite` is False.
     """
     directory = pathlib.Path(output_dir) / buffer_name
-    if (directory / _common.METADATA).exists() and not overwrite:
+    if (directory / _common.FILE).exists() and not overwrite:
         raise FileExistsError(EXISTS.format(path=output_dir, name=buffer_name))
     tf.random.set_seed(seed)
     env = load_gymnasium(env_id, num_envs=num_envs, seed=seed, tf_environment=True)

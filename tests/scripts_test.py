@@ -113,7 +113,8 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
     argv += ["--num-runs", "3", "--output-dir", str(tmp_path), "--no-progress"]
     assert populate_starter_buffer.main(argv) == 0
     directory = tmp_path / "scripted"
-    metadata = json.loads((directory / "metadata.json").read_text())
+    metadata = populate_starter_buffer._common.read_starter_metadata(directory)
+    assert sorted(path.name for path in directory.iterdir()) == ["buffer.safetensors"]
     assert metadata["frames_collected"] >= 300 and metadata["frames"] == min(metadata["frames_collected"], 600)
     assert (metadata["buffer"], metadata["batch_size"], metadata["max_length"]) == ("tf_uniform", 1, 600)
     assert "Saved" in capsys.readouterr().out

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import specs
-from tfbuffers.replay_buffer import ReplayBuffer
+from tfbuffers.replay_buffer import ReplayBuffer, weak_method
 
 WRONG_BATCH_SIZE = (
     "{observer}: the driver's trajectories have batch size {received} but the buffer has batch_size={expected} "
@@ -83,8 +83,12 @@ class TFObserver:
         if self._buffer.adds_in_graph:
             return self._buffer.add_batch(trajectory)
 
+        # TensorFlow's registry of numpy_function callables outlives graphs: reach the buffer
+        # weakly there (this observer holds it), so that a dropped buffer is freed.
+        add_batch = weak_method(self._buffer, "add_batch")
+
         def add(*arrays: np.ndarray) -> np.ndarray:
-            return np.asarray(self._buffer.add_batch(tf.nest.pack_sequence_as(trajectory, list(arrays))))
+            return np.asarray(add_batch(tf.nest.pack_sequence_as(trajectory, list(arrays))))
 
         ids = tf.numpy_function(add, [tf.convert_to_tensor(leaf) for leaf in leaves], tf.int64, stateful=True)
         batch_size = getattr(self._buffer, "batch_size", None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +13,14 @@ import tensorflow as tf
 from tfbuffers import _ring, specs
 from tfbuffers._numpy_table import NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
-from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo, optional_positive_int, positive_int
+from tfbuffers.replay_buffer import (
+    FRAMES_GONE,
+    NOT_ENOUGH_FRAMES,
+    BufferInfo,
+    optional_positive_int,
+    positive_int,
+    weak_method,
+)
 
 _OPS = _ring.NUMPY
 
@@ -143,6 +152,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         shape = () if sample_batch_size is None else (sample_batch_size,)
         with self._lock:
+            self._check_open()  # a dataset may outlive the buffer's storage
             added = self._table.added
             total = int(_ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)) * self._batch_size
             if total <= 0:
@@ -163,6 +173,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _gather_arrays(self, ids: np.ndarray) -> list[np.ndarray]:
         with self._lock:
+            self._check_open()
             if not _ring.are_stored(_OPS, ids, self._table.added, self._max_length, self._batch_size):
                 raise ValueError(FRAMES_GONE)  # numpy_function raises it as InvalidArgumentError
             return self._table.read(self._rows(ids))
@@ -176,6 +187,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         with self._lock:
             self._table.added = 0
 
+    def _close(self) -> None:
+        with self._lock:
+            self._table.arrays = []
+
     def _snapshot(self) -> tuple[int, list[np.ndarray]]:
         with self._lock:
             return self._table.added, [array.copy() for array in self._table.arrays]
@@ -186,33 +201,58 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 np.copyto(array, value)
             self._table.added = added
 
-    # Tensor views for tf.data: one numpy_function call per element.
+    # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the
+    # functions given to numpy_function in a global registry for as long as it pleases, so
+    # they reach the buffer through a weak reference: a dropped buffer is freed. The
+    # datasets hold the buffer itself (see `_as_dataset`).
+
+    def _bridge(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """`method` of this buffer, called without keeping the buffer alive."""
+        return weak_method(self, method.__name__)
+
+    def _added_value(self) -> np.int64:
+        return np.int64(self._table.added)
 
     def _added_tensor(self) -> tf.Tensor:
-        added = tf.numpy_function(lambda: np.int64(self._table.added), [], tf.int64, stateful=True)
+        added = tf.numpy_function(self._bridge(self._added_value), [], tf.int64, stateful=True)
         return tf.ensure_shape(added, [])
 
     def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
-        leaves = tf.numpy_function(self._gather_arrays, [ids], self._dtypes, stateful=True)
+        leaves = tf.numpy_function(self._bridge(self._gather_arrays), [ids], self._dtypes, stateful=True)
         return self._with_static_shapes(leaves, ids.shape)
+
+    def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+        try:
+            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        except tf.errors.InvalidArgumentError as error:
+            # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
+            raise ValueError(error.message) from None
+        return [*leaves, ids, probabilities]
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        def sample() -> list[np.ndarray]:
-            try:
-                leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-            except tf.errors.InvalidArgumentError as error:
-                # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
-                raise ValueError(error.message) from None
-            return [*leaves, ids, probabilities]
-
+        sample = functools.partial(self._bridge(self._sample_list), sample_batch_size, num_steps)
         outputs = tf.numpy_function(sample, [], [*self._dtypes, tf.int64, tf.float32], stateful=True)
         ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
         leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)
         ids = tf.ensure_shape(outputs[-2], ids_shape)
         probabilities = tf.ensure_shape(outputs[-1], ids_shape[:1] if sample_batch_size else [])
         return leaves, ids, probabilities
+
+    def _as_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        dataset = super()._as_dataset(sample_batch_size, num_steps, num_parallel_calls)
+        dataset._tfbuffers_source = self  # the dataset keeps the buffer alive, as it would in TF-Agents
+        return dataset
+
+    def _single_deterministic_pass_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        dataset = super()._single_deterministic_pass_dataset(sample_batch_size, num_steps, num_parallel_calls)
+        dataset._tfbuffers_source = self
+        return dataset
 
     def _with_static_shapes(self, leaves: list[tf.Tensor], outer: tf.TensorShape) -> list[tf.Tensor]:
         for leaf, field in zip(leaves, self._fields):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import collections
 import numbers
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -38,6 +39,8 @@ FRAMES_GONE = (
     "deterministic pass: frames it was to read are no longer stored (overwritten or cleared since the pass "
     "began); pause adds during a single deterministic pass"
 )
+CLOSED = "{buffer}: the buffer is closed"
+DROPPED = "{buffer}: the buffer was garbage-collected while a graph that reads or writes it still runs; keep it"
 NUM_STEPS_TOO_LARGE = "num_steps: expected at most max_length={max_length}, got {received}"
 NOT_CALLABLE = "{name}: expected a callable or None, got {received}"
 NOT_ENOUGH_FRAMES = (
@@ -96,6 +99,24 @@ def _tuples_for_lists(structure: Any) -> Any:
     return structure
 
 
+def weak_method(owner: Any, name: str) -> Callable[..., Any]:
+    """A function calling `owner.<name>` through a weak reference; raises `DROPPED` once `owner` is gone.
+
+    For `tf.numpy_function`, whose registry of callables outlives the graphs that use
+    them: a buffer reached this way is freed once its user drops it.
+    """
+    reference = weakref.ref(owner)
+    kind = type(owner).__name__
+
+    def call(*args: Any) -> Any:
+        target = reference()
+        if target is None:
+            raise ValueError(DROPPED.format(buffer=kind))
+        return getattr(target, name)(*args)
+
+    return call
+
+
 class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     """Abstract base class of tfbuffers' replay buffers.
 
@@ -127,6 +148,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         self._capacity = capacity
         self._stateful_dataset = stateful_dataset
         self._fast_path: specs.NumpyFastPath | None = None
+        self._closed = False
 
     @property
     def data_spec(self) -> Any:
@@ -155,6 +177,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     @_not_converted
     def num_frames(self) -> Any:
         """Returns the number of frames (items) stored, an int64 scalar."""
+        self._check_open()
         return self._num_frames()
 
     @_not_converted
@@ -181,6 +204,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
           tf.errors.InvalidArgumentError: Inside a graph, when a shape unknown at
             trace time turns out wrong.
         """
+        self._check_open()
         if self._fast_path is None:
             self._fast_path = specs.NumpyFastPath(self._data_spec, self._fields, self._add_batch_outer_dims())
         leaves = self._fast_path.leaves(items)
@@ -214,6 +238,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
           tf.errors.InvalidArgumentError: If the buffer holds fewer than
             `num_steps` frames per segment (or is empty).
         """
+        self._check_open()
         sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
         num_steps = self._check_num_steps(num_steps)
         items, info = self._get_next(sample_batch_size, num_steps)
@@ -260,6 +285,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
           TypeError: If an argument has the wrong type.
           ValueError: If an argument is out of range.
         """
+        self._check_open()
         sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
         num_steps = self._check_num_steps(num_steps)
         if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
@@ -286,12 +312,42 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     @_not_converted
     def gather_all(self) -> Any:
         """Returns every stored item, `[batch_size, frames, ...]`, oldest first per segment."""
+        self._check_open()
         return self._gather_all()
 
     @_not_converted
     def clear(self) -> None:
         """Empties the buffer."""
+        self._check_open()
         self._clear()
+
+    def close(self) -> None:
+        """Releases the buffer's storage; later calls raise. Closing twice is allowed.
+
+        Datasets made by `as_dataset` keep what they read alive until they are
+        dropped themselves. `with buffer:` closes it on leaving the block.
+        """
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(CLOSED.format(buffer=type(self).__name__))
+
+    def _close(self) -> None:
+        """Releases storage, servers, threads and files (nothing by default)."""
 
     def _check_num_steps(self, num_steps: Any) -> int | None:
         num_steps = optional_positive_int("num_steps", num_steps)

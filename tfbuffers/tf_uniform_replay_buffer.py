@@ -58,13 +58,6 @@ class _Concurrency:
         self.eager_lock = threading.Lock()
         self.writers = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="writers")
         self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
-        self.functions: dict[str, Any] = {}
-
-    def compiled(self, name: str, fn: Callable[..., Any]) -> Any:
-        """`tf.function(fn)`, made once: eager calls then cost one function call, not dozens of eager ops."""
-        if name not in self.functions:
-            self.functions[name] = tf.function(fn, autograph=False)
-        return self.functions[name]
 
     def _fetch_add(self, delta: Any) -> tf.Tensor:
         old = tf.raw_ops.RngReadAndSkip(resource=self.writers.handle, alg=_PHILOX, delta=delta)
@@ -77,7 +70,7 @@ class _Concurrency:
     def exclusive(self, write: Callable[[], Any], name: str) -> Any:
         """Builds `write()` holding the writers' lock; it raises `CONCURRENT_WRITERS` if another writer holds it.
 
-        Eager callers run it through `compiled`, holding `eager_lock`.
+        Eager callers hold `eager_lock` around it.
         """
         held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64)), 0)
         undo = self._fetch_add(tf.where(held, tf.constant(0, tf.uint64), tf.constant(_MINUS_ONE, tf.uint64)))
@@ -202,6 +195,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def variables(self) -> tuple[tf.Variable, ...]:
         """The buffer's variables: the field tables, then the add counter."""
+        if self._closed:
+            return ()
         return (*self._table.table_variables, self._added)
 
     def _num_frames(self) -> tf.Tensor:
@@ -210,9 +205,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         if tf.executing_eagerly():
-            tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]
             with self._concurrency.eager_lock:
-                return self._concurrency.compiled("add_batch", self._write)(tensors, [])
+                return self._write(leaves, deferred)
         return self._write(leaves, deferred)
 
     def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
@@ -296,8 +290,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             [whole, tensors],
             shape_invariants=[whole.shape, [tf.TensorShape([None] * t.shape.rank) for t in tensors]],
         )
-        for tensor, first in zip(retried, tensors):
-            tensor.set_shape(first.shape)
+        if not tf.executing_eagerly():  # eagerly, shapes are the values' own
+            for tensor, first in zip(retried, tensors):
+                tensor.set_shape(first.shape)
         return retried
 
     def _draw(
@@ -318,23 +313,23 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table.read(rows), ids, tf.fill(shape, probability)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        sample = self._sample_tensors
-        if tf.executing_eagerly():
-            sample = self._concurrency.compiled("sample", sample)
-        leaves, ids, probabilities = sample(sample_batch_size, num_steps)
+        leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
+    def _close(self) -> None:
+        # The variables go once nothing else holds them (a dataset made earlier may).
+        del self._table
+
     def _snapshot(self) -> tuple[int, list[Any]]:
-        read = self._concurrency.compiled("snapshot", self._snapshot_tensors)
         for _ in range(SNAPSHOT_ATTEMPTS):
-            whole, added, values = read()
+            with self._concurrency.eager_lock:  # eager writers wait; graph writers are checked for
+                whole, added, values = self._snapshot_tensors()
             if whole:
                 return int(added), [value.numpy() for value in values]
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        # The variables are read in one graph, within microseconds; the reads are then
-        # checked like a sample's (see `_Concurrency`).
+        # The reads are checked like a sample's (see `_Concurrency`).
         with tf.device(self._device), tf.name_scope(self._scope):
             concurrency = self._concurrency
             generation = concurrency.generation.read_value()
@@ -354,7 +349,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore(self, added: int, arrays: list[Any]) -> None:
         values = [tf.convert_to_tensor(array) for array in arrays]
         with self._concurrency.eager_lock:
-            self._concurrency.compiled("restore", self._restore_tensors)(tf.constant(added, tf.int64), values)
+            self._restore_tensors(tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
@@ -368,8 +363,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return self._concurrency.exclusive(restore, "restore")
 
     def _gather_all(self) -> Any:
-        if tf.executing_eagerly():
-            return self._pack(self._concurrency.compiled("gather_all", self._gather_all_tensors)())
         return self._pack(self._gather_all_tensors())
 
     def _gather_all_tensors(self) -> list[tf.Tensor]:
@@ -385,7 +378,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _clear(self) -> None:
         if tf.executing_eagerly():
             with self._concurrency.eager_lock:
-                self._concurrency.compiled("clear", self._clear_tensor)()
+                self._clear_tensor()
         else:
             self._clear_tensor()
 
