@@ -24,6 +24,7 @@ def load_script(name):
 train_dqn = load_script("train_dqn")
 populate_starter_buffer = load_script("populate_starter_buffer")
 benchmark = load_script("benchmark")
+soak = load_script("soak")
 
 
 @pytest.mark.parametrize(
@@ -70,12 +71,29 @@ benchmark = load_script("benchmark")
                 "--no-progress",
             },
         ),
+        (
+            "soak",
+            {
+                "--buffer",
+                "--minutes",
+                "--round-seconds",
+                "--batch-size",
+                "--max-length",
+                "--graph-writer",
+                "--output-dir",
+                "--no-progress",
+            },
+        ),
     ],
 )
 def test_help_documents_every_flag(script, flags, capsys):
-    module = {"train_dqn": train_dqn, "populate_starter_buffer": populate_starter_buffer, "benchmark": benchmark}[
-        script
-    ]
+    scripts = {
+        "train_dqn": train_dqn,
+        "populate_starter_buffer": populate_starter_buffer,
+        "benchmark": benchmark,
+        "soak": soak,
+    }
+    module = scripts[script]
     parser = module.build_parser()
     documented = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings[0] != "-h"}
     assert set(documented) == flags
@@ -160,3 +178,15 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     table = (tmp_path / "results.md").read_text()
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
     assert "### control" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("buffer", "graph_writer"), [("py_uniform", False), ("tf_uniform", True)])
+def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer, graph_writer):
+    argv = ["--buffer", buffer, "--minutes", "0.05", "--round-seconds", "1", "--output-dir", str(tmp_path)]
+    assert soak.main([*argv, "--no-progress", *(["--graph-writer"] if graph_writer else [])]) == 0
+    result = json.loads((tmp_path / "soak.json").read_text())
+    assert result["rounds"] == 3 and len(result["memory_mb"]) == 3
+    assert result["threads"] == (5 if graph_writer else 6)  # writers, 2 samplers, a dataset, a gatherer
+    assert result["totals"]["frames_checked"] > 100 and result["totals"]["adds"] > 10
+    assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "frames checked, none torn" in capsys.readouterr().out

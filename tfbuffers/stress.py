@@ -15,7 +15,7 @@ frames of one segment.
     >>> report.frames_checked > 0 and report.writers == 2
     True
 
-Used by the test suite (seconds) and by `scripts/stress.py` (a soak run that
+Used by the test suite (seconds) and by `scripts/soak.py` (a soak run that
 also records memory).
 """
 

@@ -49,7 +49,9 @@ class _Concurrency:
     gather, then read `writers`, the counter and `generation` again. What they
     gathered is whole iff the generation is unchanged and every add it reads is
     at least `added' + writers' - max_length`, i.e. not overwritten by a write
-    that started before the gather ended; otherwise they read again.
+    that started before the gather ended; otherwise they read again. An eager
+    read, slow enough for steady eager writers to overlap every attempt, retries
+    holding `eager_lock`.
 
     A plain object, not a `tf.Module`: none of this is checkpointed.
     """
@@ -74,7 +76,9 @@ class _Concurrency:
         """
         held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64)), 0)
         undo = self._fetch_add(tf.where(held, tf.constant(0, tf.uint64), tf.constant(_MINUS_ONE, tf.uint64)))
-        with tf.control_dependencies([undo, tf.debugging.Assert(held, [CONCURRENT_WRITERS.format(name=name)])]):
+        with tf.control_dependencies([undo]):  # undone before the assertion can stop the graph
+            refused = tf.debugging.Assert(held, [CONCURRENT_WRITERS.format(name=name)])
+        with tf.control_dependencies([refused]):
             result = write()
         with tf.control_dependencies(tf.nest.flatten(result)):
             released = self._fetch_add(tf.constant(_MINUS_ONE, tf.uint64))
@@ -284,15 +288,23 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return tf.logical_and(unchanged, oldest >= added + writing - self._max_length), tensors
 
         whole, tensors = attempt()
+        if tf.executing_eagerly():
+            if bool(whole):
+                return tensors
+            # Eager reads take milliseconds, so steady eager writers could overlap every
+            # attempt: retry holding their lock instead, which only graph writers can overlap.
+            with concurrency.eager_lock:
+                while not bool(whole):
+                    whole, tensors = attempt()
+            return tensors
         _, retried = tf.while_loop(
             lambda whole, _: tf.logical_not(whole),
             lambda whole, _: attempt(),
             [whole, tensors],
             shape_invariants=[whole.shape, [tf.TensorShape([None] * t.shape.rank) for t in tensors]],
         )
-        if not tf.executing_eagerly():  # eagerly, shapes are the values' own
-            for tensor, first in zip(retried, tensors):
-                tensor.set_shape(first.shape)
+        for tensor, first in zip(retried, tensors):
+            tensor.set_shape(first.shape)
         return retried
 
     def _draw(

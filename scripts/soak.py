@@ -1,0 +1,142 @@
+"""Soak run: writer and reader threads on one buffer for minutes, every frame checked, memory tracked.
+
+Runs `tfbuffers.stress.run` in rounds on one buffer (clearing it between rounds), records
+the resident memory after each round, and writes a plot and a JSON summary. Memory
+should stay flat after the first rounds: the summary reports the growth from the
+end of the first quarter of the run to the end.
+
+    python scripts/soak.py --buffer tf_uniform --minutes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import psutil  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import tfbuffers  # noqa: E402
+from tfbuffers import stress  # noqa: E402
+
+COUNTS = ("seconds", "adds", "samples", "dataset_batches", "gathers", "frames_checked")
+
+
+def make_buffer(kind: str, batch_size: int, max_length: int) -> tfbuffers.ReplayBuffer:
+    """The buffer under test."""
+    if kind == "py_uniform":
+        return tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
+    return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
+
+
+def soak(
+    kind: str,
+    minutes: float,
+    round_seconds: float,
+    batch_size: int,
+    max_length: int,
+    graph_writer: bool,
+    progress: bool,
+) -> dict[str, Any]:
+    """Runs rounds of `stress.run` for `minutes`; returns totals and the memory series."""
+    buffer = make_buffer(kind, batch_size, max_length)
+    add = tf.function(buffer.add_batch) if graph_writer else None
+    writers = 1 if graph_writer else 2
+    totals = dict.fromkeys(COUNTS, 0.0)
+    threads = 0
+    memory: list[tuple[float, float]] = []
+    started = time.perf_counter()
+    rounds = max(1, round(minutes * 60 / round_seconds))
+    for _ in tqdm(range(rounds), desc=f"soak {kind}", unit="round", disable=not progress):
+        report = stress.run(buffer, seconds=round_seconds, writers=writers, add=add)
+        for key in COUNTS:
+            totals[key] += getattr(report, key)
+        threads = report.threads
+        buffer.clear()
+        gc.collect()
+        memory.append((time.perf_counter() - started, psutil.Process().memory_info().rss / 2**20))
+    quarter = memory[max(0, len(memory) // 4 - 1)][1]
+    return {
+        "buffer": kind,
+        "rounds": rounds,
+        "threads": threads,
+        "totals": totals,
+        "memory_mb": memory,
+        "memory_growth_after_first_quarter_mb": memory[-1][1] - quarter,
+    }
+
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> None:
+    """Resident memory over the run."""
+    seconds, megabytes = zip(*result["memory_mb"])
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    axes.plot(seconds, megabytes, marker=".")
+    axes.set_xlabel("seconds")
+    axes.set_ylabel("resident memory (MiB)")
+    axes.set_title(f"soak: {result['buffer']}, {int(result['totals']['frames_checked']):,} frames checked")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--buffer", default="tf_uniform", choices=["tf_uniform", "py_uniform"], help="the buffer kind under test"
+    )
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run")
+    parser.add_argument("--round-seconds", type=float, default=10.0, help="length of one stress round")
+    parser.add_argument("--batch-size", type=int, default=4, help="segments")
+    parser.add_argument("--max-length", type=int, default=8, help="frames per segment (short: constant overwrites)")
+    parser.add_argument("--graph-writer", action="store_true", help="one writer adding through tf.function")
+    parser.add_argument("--output-dir", default="out/soak", help="where soak.json and soak.png go")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the soak and writes its outputs."""
+    args = build_parser().parse_args(argv)
+    result = soak(
+        args.buffer,
+        args.minutes,
+        args.round_seconds,
+        args.batch_size,
+        args.max_length,
+        args.graph_writer,
+        not args.no_progress,
+    )
+    output_dir = pathlib.Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, output_dir / "soak.png")
+    totals = result["totals"]
+    print(
+        f"{result['buffer']}: {result['threads']} threads, {totals['seconds']:.0f} s, "
+        f"{int(totals['adds']):,} adds, {int(totals['samples']):,} samples, "
+        f"{int(totals['dataset_batches']):,} dataset batches, {int(totals['gathers']):,} gathers; "
+        f"{int(totals['frames_checked']):,} frames checked, none torn. Resident memory "
+        f"{result['memory_mb'][0][1]:.0f} -> {result['memory_mb'][-1][1]:.0f} MiB "
+        f"({result['memory_growth_after_first_quarter_mb']:+.1f} MiB after the first quarter). "
+        f"Outputs in {output_dir}/soak.{{json,png}}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
