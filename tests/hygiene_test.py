@@ -55,15 +55,14 @@ def test_closing_a_tf_buffer_drops_its_variables_and_later_calls_raise():
 def test_making_and_dropping_buffers_in_a_loop_does_not_keep_them(kind):
     # Each buffer holds 32 MB of frames (written in full): 20 kept alive would be 640 MB. What
     # stays is the allocator's and TensorFlow's caches, which vary from run to run (0 to 30 MB).
-    # (Not `as_dataset` on the TF buffer: TensorFlow keeps about 7 MB of each dropped 32 MB
-    # buffer that a dataset read, as it does for TF-Agents' buffer; see the README.)
+    # Without the garbage collection in `close()`, the TF buffer's compiled functions and
+    # datasets would keep its variables alive until some later collection.
     def cycle() -> weakref.ref:
         with kind(stress.SPEC, batch_size=4, max_length=200_000) as buffer:
             buffer.add_batch(stress.frames(np.arange(4)))
             buffer.get_next(8)
             buffer.gather_all()
-            if kind is tfbuffers.PyUniformReplayBuffer:
-                next(iter(buffer.as_dataset(8)))
+            next(iter(buffer.as_dataset(8)))
             if kind is tfbuffers.PyUniformReplayBuffer:
                 for array in buffer._table.arrays:
                     array.fill(1)  # numpy pages are only resident once written

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ import tensorflow as tf
 from tfbuffers import _ring, specs
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers._variable_table import VariableTable
-from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo
+from tfbuffers.replay_buffer import FRAMES_GONE, NOT_ENOUGH_FRAMES, BufferInfo, weak_method
 
 _OPS = _ring.TENSORFLOW
 
@@ -49,9 +50,10 @@ class _Concurrency:
     gather, then read `writers`, the counter and `generation` again. What they
     gathered is whole iff the generation is unchanged and every add it reads is
     at least `added' + writers' - max_length`, i.e. not overwritten by a write
-    that started before the gather ended; otherwise they read again. An eager
-    read, slow enough for steady eager writers to overlap every attempt, retries
-    holding `eager_lock`.
+    that started before the gather ended; otherwise they read again.
+
+    Eager calls run each method as one compiled `tf.function` (`compiled`):
+    one call instead of dozens of eager ops.
 
     A plain object, not a `tf.Module`: none of this is checkpointed.
     """
@@ -60,6 +62,16 @@ class _Concurrency:
         self.eager_lock = threading.Lock()
         self.writers = tf.Variable(tf.zeros([3], tf.int64), trainable=False, name="writers")
         self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
+        self.functions: dict[str, Any] = {}
+
+    def compiled(self, buffer: TFUniformReplayBuffer, method: str) -> Any:
+        """`tf.function` of `buffer.<method>`, made once; it holds the buffer weakly (no reference cycle)."""
+        if method not in self.functions:
+            function = tf.function(weak_method(buffer, method), autograph=False)
+            # Each buffer traces its own functions: expected, not the retracing TensorFlow warns of.
+            function._omit_frequent_tracing_warning = True
+            self.functions[method] = function
+        return self.functions[method]
 
     def _fetch_add(self, delta: Any) -> tf.Tensor:
         old = tf.raw_ops.RngReadAndSkip(resource=self.writers.handle, alg=_PHILOX, delta=delta)
@@ -72,7 +84,7 @@ class _Concurrency:
     def exclusive(self, write: Callable[[], Any], name: str) -> Any:
         """Builds `write()` holding the writers' lock; it raises `CONCURRENT_WRITERS` if another writer holds it.
 
-        Eager callers hold `eager_lock` around it.
+        Eager callers run it through `compiled`, holding `eager_lock`.
         """
         held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64)), 0)
         undo = self._fetch_add(tf.where(held, tf.constant(0, tf.uint64), tf.constant(_MINUS_ONE, tf.uint64)))
@@ -209,8 +221,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         if tf.executing_eagerly():
+            tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]  # eager shapes are all known
             with self._concurrency.eager_lock:
-                return self._write(leaves, deferred)
+                return self._concurrency.compiled(self, "_write")(tensors, [])
         return self._write(leaves, deferred)
 
     def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
@@ -288,15 +301,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return tf.logical_and(unchanged, oldest >= added + writing - self._max_length), tensors
 
         whole, tensors = attempt()
-        if tf.executing_eagerly():
-            if bool(whole):
-                return tensors
-            # Eager reads take milliseconds, so steady eager writers could overlap every
-            # attempt: retry holding their lock instead, which only graph writers can overlap.
-            with concurrency.eager_lock:
-                while not bool(whole):
-                    whole, tensors = attempt()
-            return tensors
         _, retried = tf.while_loop(
             lambda whole, _: tf.logical_not(whole),
             lambda whole, _: attempt(),
@@ -325,23 +329,33 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table.read(rows), ids, tf.fill(shape, probability)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
+        sample = self._sample_tensors
+        if tf.executing_eagerly():
+            sample = self._concurrency.compiled(self, "_sample_tensors")
+        leaves, ids, probabilities = sample(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
         del self._table
+        self._concurrency.functions.clear()
+        # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
+        # it captured: they would go at some later full collection, and meanwhile a process
+        # making buffers in a loop grows (by about a third of each, measured).
+        gc.collect()
 
     def _snapshot(self) -> tuple[int, list[Any]]:
+        read = self._concurrency.compiled(self, "_snapshot_tensors")
         for _ in range(SNAPSHOT_ATTEMPTS):
             with self._concurrency.eager_lock:  # eager writers wait; graph writers are checked for
-                whole, added, values = self._snapshot_tensors()
+                whole, added, values = read()
             if whole:
                 return int(added), [value.numpy() for value in values]
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        # The reads are checked like a sample's (see `_Concurrency`).
+        # The variables are read in one graph, within microseconds; the reads are then
+        # checked like a sample's (see `_Concurrency`).
         with tf.device(self._device), tf.name_scope(self._scope):
             concurrency = self._concurrency
             generation = concurrency.generation.read_value()
@@ -361,7 +375,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore(self, added: int, arrays: list[Any]) -> None:
         values = [tf.convert_to_tensor(array) for array in arrays]
         with self._concurrency.eager_lock:
-            self._restore_tensors(tf.constant(added, tf.int64), values)
+            self._concurrency.compiled(self, "_restore_tensors")(tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
@@ -375,6 +389,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return self._concurrency.exclusive(restore, "restore")
 
     def _gather_all(self) -> Any:
+        if tf.executing_eagerly():
+            return self._pack(self._concurrency.compiled(self, "_gather_all_tensors")())
         return self._pack(self._gather_all_tensors())
 
     def _gather_all_tensors(self) -> list[tf.Tensor]:
@@ -390,7 +406,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _clear(self) -> None:
         if tf.executing_eagerly():
             with self._concurrency.eager_lock:
-                self._clear_tensor()
+                self._concurrency.compiled(self, "_clear_tensor")()
         else:
             self._clear_tensor()
 
