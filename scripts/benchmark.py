@@ -41,6 +41,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import psutil
 import tensorflow as tf
+
+import tfbuffers._quiet  # noqa: F401 (before tf_agents: keeps gym's import notice off stderr)
+
+# isort: split
 from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory
