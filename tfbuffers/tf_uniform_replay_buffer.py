@@ -286,19 +286,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
         `read` returns its tensors and the oldest add number they hold.
         """
-        concurrency = self._concurrency
 
         def attempt() -> tuple[tf.Tensor, list[tf.Tensor]]:
-            generation = concurrency.generation.read_value()
-            with tf.control_dependencies([generation]):
-                tensors, oldest = read()
-            with tf.control_dependencies(tensors):
-                writing = concurrency.writing()
-            with tf.control_dependencies([writing]):
-                added = self._added.read_value()
-            with tf.control_dependencies([added]):
-                unchanged = tf.equal(concurrency.generation.read_value(), generation)
-            return tf.logical_and(unchanged, oldest >= added + writing - self._max_length), tensors
+            return self._checked_read(read)
 
         whole, tensors = attempt()
         _, retried = tf.while_loop(
@@ -310,6 +300,20 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         for tensor, first in zip(retried, tensors):
             tensor.set_shape(first.shape)
         return retried
+
+    def _checked_read(self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """One attempt of `read()`, and whether no write overlapped it (see `_Concurrency`)."""
+        concurrency = self._concurrency
+        generation = concurrency.generation.read_value()
+        with tf.control_dependencies([generation]):
+            tensors, oldest = read()
+        with tf.control_dependencies(tensors):
+            writing = concurrency.writing()
+        with tf.control_dependencies([writing]):
+            added = self._added.read_value()
+        with tf.control_dependencies([added]):
+            unchanged = tf.equal(concurrency.generation.read_value(), generation)
+        return tf.logical_and(unchanged, oldest >= added + writing - self._max_length), tensors
 
     def _draw(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -357,20 +361,15 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         # The variables are read in one graph, within microseconds; the reads are then
         # checked like a sample's (see `_Concurrency`).
         with tf.device(self._device), tf.name_scope(self._scope):
-            concurrency = self._concurrency
-            generation = concurrency.generation.read_value()
-            with tf.control_dependencies([generation]):
+
+            def read() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = self._added.read_value()
-            with tf.control_dependencies([added]):
-                values = [variable.read_value() for variable in self._table.table_variables]
-            with tf.control_dependencies(values):
-                writing = concurrency.writing()
-            with tf.control_dependencies([writing]):
-                added_after = self._added.read_value()
-            with tf.control_dependencies([added_after]):
-                unchanged = tf.equal(concurrency.generation.read_value(), generation)
-            oldest = _ring.oldest_add(_OPS, added, self._max_length)
-            return tf.logical_and(unchanged, oldest >= added_after + writing - self._max_length), added, values
+                with tf.control_dependencies([added]):
+                    values = [variable.read_value() for variable in self._table.table_variables]
+                return [added, *values], _ring.oldest_add(_OPS, added, self._max_length)
+
+            whole, tensors = self._checked_read(read)
+            return whole, tensors[0], tensors[1:]
 
     def _restore(self, added: int, arrays: list[Any]) -> None:
         values = [tf.convert_to_tensor(array) for array in arrays]
