@@ -4,9 +4,8 @@ Runs `tfbuffers.stress.run` in rounds on one buffer (clearing it between rounds)
 the resident memory after each round, and writes a plot and a JSON summary. Memory
 should stay flat after the first rounds: the summary reports the growth from the
 end of the first quarter of the run to the end, and that growth per buffer
-operation. (TensorFlow 2.15 itself keeps about 48 bytes per `tf.function` call,
-tensorflow/tensorflow#50765: the TF buffer's eager calls and dataset batches are
-such calls.)
+operation. (TensorFlow 2.15 itself keeps 48 bytes per `tf.function` call,
+tensorflow/tensorflow#50765, which accounts for part of the TF buffer's growth.)
 
     python scripts/soak.py --buffer tf_uniform --minutes 10
 """
