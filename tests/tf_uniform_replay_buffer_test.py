@@ -116,3 +116,25 @@ def test_bad_constructor_arguments(kwargs, error, message):
     with pytest.raises(error) as raised:
         tfbuffers.TFUniformReplayBuffer(SPEC, **kwargs)
     assert str(raised.value) == message
+
+
+def test_eager_calls_trace_once_and_then_reuse_the_function():
+    buffer = tfbuffers.TFUniformReplayBuffer({"x": tf.TensorSpec([2], tf.float32)}, batch_size=2, max_length=4)
+    for step in range(6):
+        buffer.add_batch({"x": np.full([2, 2], step, np.float32)})
+        buffer.gather_all()
+        if step:  # windows of 2 need 2 frames per segment
+            buffer.get_next(3, 2)
+        if step == 1:
+            made = dict(buffer._concurrency.functions)
+    buffer.get_next(5)  # another sample shape: one more trace of the same function
+    functions = buffer._concurrency.functions
+    assert all(functions[name] is function for name, function in made.items())  # made once, kept
+    assert {name: f.experimental_get_tracing_count() for name, f in functions.items()} == {
+        "_write": 1,
+        "_sample_tensors": 2,
+        "_gather_all_tensors": 1,
+    }
+    np.testing.assert_array_equal(buffer.gather_all()["x"][:, :, 0], [[2, 3, 4, 5], [2, 3, 4, 5]])
+    buffer.close()
+    assert functions == {}

@@ -286,14 +286,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
         `read` returns its tensors and the oldest add number they hold.
         """
-
-        def attempt() -> tuple[tf.Tensor, list[tf.Tensor]]:
-            return self._checked_read(read)
-
-        whole, tensors = attempt()
+        whole, tensors = self._checked_read(read)
         _, retried = tf.while_loop(
             lambda whole, _: tf.logical_not(whole),
-            lambda whole, _: attempt(),
+            lambda whole, _: self._checked_read(read),
             [whole, tensors],
             shape_invariants=[whole.shape, [tf.TensorShape([None] * t.shape.rank) for t in tensors]],
         )
@@ -333,11 +329,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table.read(rows), ids, tf.fill(shape, probability)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        sample = self._sample_tensors
-        if tf.executing_eagerly():
-            sample = self._concurrency.compiled(self, "_sample_tensors")
-        leaves, ids, probabilities = sample(sample_batch_size, num_steps)
+        leaves, ids, probabilities = self._compiled_if_eager("_sample_tensors")(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
+
+    def _compiled_if_eager(self, method: str) -> Callable[..., Any]:
+        """`self.<method>`, through its compiled `tf.function` when called eagerly (see `_Concurrency`)."""
+        if tf.executing_eagerly():
+            return self._concurrency.compiled(self, method)
+        return getattr(self, method)
 
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
@@ -388,9 +387,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return self._concurrency.exclusive(restore, "restore")
 
     def _gather_all(self) -> Any:
-        if tf.executing_eagerly():
-            return self._pack(self._concurrency.compiled(self, "_gather_all_tensors")())
-        return self._pack(self._gather_all_tensors())
+        return self._pack(self._compiled_if_eager("_gather_all_tensors")())
 
     def _gather_all_tensors(self) -> list[tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
