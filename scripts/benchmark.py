@@ -9,10 +9,13 @@ Items are TF-Agents `Trajectory`s, so TF-Agents' Reverb observer can write them.
 
 Systems: tfbuffers' TF and py uniform buffers, TF-Agents' TFUniformReplayBuffer and
 PyUniformReplayBuffer, TF-Agents' Reverb path (ReverbReplayBuffer + ReverbAddTrajectoryObserver
-on a local server), and a plain numpy ring write + fancy-index gather of the same bytes: the
-memory-bandwidth limit. Each measure runs on every system in turn, several times (interleaved),
-after a warm-up; the median and the range are reported, and ratios are tfbuffers / peer from
-the same run. Outputs: a markdown table, JSON and a bar chart in --output-dir.
+on a local server), and three references that store or check nothing more than they must: a
+plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwidth limit), bare
+`tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
+tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each measure runs on every
+system in turn, several times (interleaved), after a warm-up; the median and the range are
+reported, and ratios are tfbuffers / peer from the same run. Outputs: a markdown table, JSON
+and a bar chart in --output-dir.
 
     python scripts/benchmark.py            # full: several minutes
     python scripts/benchmark.py --quick    # small frames and repetitions: under a minute
@@ -63,6 +66,11 @@ MEASURES = {
     "load": "load (MB/s)",
 }
 OURS = {"tfbuffers TF": "TF-Agents TF", "tfbuffers py": "TF-Agents py"}
+# The references each of ours is also compared with: peers, and limits that store or check nothing.
+REFERENCES = {
+    "tfbuffers TF": ("TF-Agents Reverb", "numpy limit", "bare tf.Variable", "tf.data ceiling"),
+    "tfbuffers py": ("TF-Agents Reverb", "numpy limit", "tf.data ceiling"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,6 +438,68 @@ class NumpyLimit(System):
         return sum(a.nbytes for a in self.arrays)
 
 
+class BareVariables(System):
+    """`tf.Variable`s of the same size, written and sampled with no bookkeeping: the floor of an in-graph buffer.
+
+    Adds scatter one block and move a counter; samples draw uniform window
+    starts and gather. No checks, no lock, no ids, no wrap-around windows: what
+    any in-graph buffer must at least do, so that the TF buffers' ratios to it
+    show what their bookkeeping and safety cost.
+    """
+
+    name = "bare tf.Variable"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        self.variables = [
+            tf.Variable(tf.zeros([workload.frames, *s.shape.as_list()], s.dtype), trainable=False)
+            for s in tf.nest.flatten(workload.spec)
+        ]
+        self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        self._graph_batch = tf.nest.map_structure(tf.constant, numpy_batches(workload, 1, seed=1)[0])
+        self._add = tf.function(self._add_fn)
+        self._loop = tf.function(self._loop_fn)
+        self._sample = tf.function(self._sample_fn)
+
+    def _add_fn(self, batch: Any) -> None:
+        w = self.workload
+        rows = (self.added % w.max_length) * w.num_envs + tf.range(w.num_envs, dtype=tf.int64)
+        writes = [v.scatter_update(tf.IndexedSlices(x, rows)) for v, x in zip(self.variables, tf.nest.flatten(batch))]
+        with tf.control_dependencies(writes):
+            self.added.assign_add(1, read_value=False)
+
+    def _loop_fn(self, num_adds: tf.Tensor) -> None:
+        for _ in tf.range(num_adds):
+            self._add_fn(self._graph_batch)
+
+    def _sample_fn(self, _: Any = None) -> Any:
+        w = self.workload
+        starts = tf.random.uniform([w.sample_batch_size], 0, w.frames - w.num_steps * w.num_envs, dtype=tf.int64)
+        rows = starts[:, None] + tf.range(0, w.num_steps * w.num_envs, w.num_envs, dtype=tf.int64)
+        items = tf.nest.pack_sequence_as(w.spec, [tf.gather(v, rows) for v in self.variables])
+        return items, tfbuffers.BufferInfo(rows, tf.fill([w.sample_batch_size], 1.0 / w.frames))
+
+    def add(self, batch: Any) -> None:
+        self._add(batch)
+
+    def fill(self, batches: list[Any], bar: Any) -> None:
+        self._loop(tf.constant(self.workload.max_length))
+        bar.update(self.workload.frames)
+
+    add_graph = _TFBuffer.add_graph
+
+    def sample_dataset(self, num_batches: int) -> float:
+        dataset = tf.data.Dataset.counter().map(self._sample_fn, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def get_next(self, num_batches: int) -> float:
+        self._sample()
+        return _time(lambda: [self._sample() for _ in range(num_batches)])
+
+    def stored_bytes(self) -> int:
+        return sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
+
+
 class TFDataCeiling(System):
     """No buffer: a dataset whose elements have the same structure, made by `tf.fill`.
 
@@ -463,6 +533,7 @@ SYSTEMS: list[type[System]] = [
     TFAgentsPy,
     TFAgentsReverb,
     NumpyLimit,
+    BareVariables,
     TFDataCeiling,
 ]
 
@@ -550,7 +621,7 @@ def ratios(result: dict[str, Any]) -> dict[str, dict[str, float]]:
         for ours, theirs in OURS.items():
             if ours in by_system and theirs in by_system:
                 row[f"{ours} / {theirs}"] = by_system[ours]["median"] / by_system[theirs]["median"]
-            for peer in ("TF-Agents Reverb", "numpy limit", "tf.data ceiling"):
+            for peer in REFERENCES[ours]:
                 if ours in by_system and peer in by_system:
                     row[f"{ours} / {peer}"] = by_system[ours]["median"] / by_system[peer]["median"]
         table[measure] = row

@@ -67,9 +67,10 @@ def test_a_second_graph_writer_raises_while_one_writes_and_stores_nothing():
     buffer.add_batch(batch)
     inside, release = threading.Event(), threading.Event()
 
-    def slow_write() -> tf.Tensor:
+    def slow_write() -> tuple[list[tf.Tensor], tf.Tensor]:
         # A writer that holds the lock until told to finish.
-        return tf.numpy_function(lambda: (inside.set(), release.wait(30), np.int64(0))[-1], [], tf.int64)
+        done = tf.numpy_function(lambda: (inside.set(), release.wait(30), np.int64(0))[-1], [], tf.int64)
+        return [done], done
 
     holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive(slow_write, "add_batch")))
     holder.start()

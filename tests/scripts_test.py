@@ -164,7 +164,7 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     for result in results["workloads"].values():
         measures = result["measures"]
         assert set(measures["add_eager"]) == systems - {"tf.data ceiling"}
-        assert set(measures["add_graph"]) == {"tfbuffers TF", "TF-Agents TF"}
+        assert set(measures["add_graph"]) == {"tfbuffers TF", "TF-Agents TF", "bare tf.Variable"}
         assert set(measures["sample_dataset"]) == systems - {"numpy limit"}
         assert set(measures["get_next"]) == systems - {"TF-Agents Reverb", "tf.data ceiling"}
         assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
@@ -173,7 +173,10 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         # The payload and nothing else, but the TF buffer's one int64 add counter.
         assert result["memory"]["tfbuffers TF"]["stored_bytes_per_frame"] == pytest.approx(payload + 8 / frames)
         assert result["memory"]["tfbuffers py"]["stored_bytes_per_frame"] == payload
+        assert result["memory"]["bare tf.Variable"]["stored_bytes_per_frame"] == payload
         assert "tfbuffers TF / TF-Agents TF" in result["ratios"]["sample_dataset"]
+        assert "tfbuffers TF / bare tf.Variable" in result["ratios"]["add_graph"]
+        assert "tfbuffers py / bare tf.Variable" not in result["ratios"]["add_graph"]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "results.md").read_text()
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table

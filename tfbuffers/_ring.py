@@ -110,6 +110,11 @@ def are_stored(ops: Ops, ids: Any, added: Any, max_length: int, batch_size: int)
     return ops.all((adds >= oldest_add(ops, added, max_length)) & (adds < added))
 
 
+def block_start(added: Any, max_length: int, batch_size: int) -> Any:
+    """The first row of the block that add number `added` writes (its `batch_size` rows follow)."""
+    return (added % max_length) * batch_size
+
+
 def rows_of_ids(ids: Any, max_length: int, batch_size: int) -> Any:
     """Storage rows of frame ids (see the module docstring)."""
     return ((ids // batch_size) % max_length) * batch_size + ids % batch_size

@@ -137,7 +137,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         ]
         with self._lock:
             added = self._table.added
-            self._table.write_block((added % self._max_length) * self._batch_size, arrays)
+            self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
             self._table.added = added + 1
         return added * self._batch_size + self._segments
 

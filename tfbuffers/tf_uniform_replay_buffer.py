@@ -74,25 +74,29 @@ class _Concurrency:
         return self.functions[method]
 
     def _fetch_add(self, delta: Any) -> tf.Tensor:
-        old = tf.raw_ops.RngReadAndSkip(resource=self.writers.handle, alg=_PHILOX, delta=delta)
-        return old[0] // 256
+        """Adds `delta` writers; returns the old state, whose first word is 256 times the old count."""
+        return tf.raw_ops.RngReadAndSkip(resource=self.writers.handle, alg=_PHILOX, delta=delta)
 
     def writing(self) -> tf.Tensor:
         """How many writers hold or are trying the lock (0 at rest)."""
         return self.writers.read_value()[0] // 256
 
-    def exclusive(self, write: Callable[[], Any], name: str) -> Any:
+    def exclusive(self, write: Callable[[], tuple[list[Any], Any]], name: str) -> Any:
         """Builds `write()` holding the writers' lock; it raises `CONCURRENT_WRITERS` if another writer holds it.
 
-        Eager callers run it through `compiled`, holding `eager_lock`.
+        `write()` returns the ops that must run before the lock is released, and
+        a nest of tensors to return once it is. A caller that ignores the
+        returned tensors (a driver's loop) does not compute them: every op
+        counts on every add. Eager callers run it through `compiled`, holding
+        `eager_lock`.
         """
-        held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64)), 0)
+        held = tf.equal(self._fetch_add(tf.constant(_ONE, tf.uint64))[0], 0)
         undo = self._fetch_add(tf.where(held, tf.constant(0, tf.uint64), tf.constant(_MINUS_ONE, tf.uint64)))
         with tf.control_dependencies([undo]):  # undone before the assertion can stop the graph
             refused = tf.debugging.Assert(held, [CONCURRENT_WRITERS.format(name=name)])
         with tf.control_dependencies([refused]):
-            result = write()
-        with tf.control_dependencies(tf.nest.flatten(result)):
+            effects, result = write()
+        with tf.control_dependencies(effects):
             released = self._fetch_add(tf.constant(_MINUS_ONE, tf.uint64))
         with tf.control_dependencies([released]):
             return tf.nest.map_structure(tf.identity, result)
@@ -231,23 +235,24 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             assertions = specs.graph_shape_assertions(deferred)
             leaves = [tf.convert_to_tensor(leaf) for leaf in leaves]
 
-            def write() -> tf.Tensor:
+            def write() -> tuple[list[Any], tf.Tensor]:
                 with tf.control_dependencies(assertions):
                     added = self._added.read_value()
-                ids = added * self._batch_size + _OPS.arange(self._batch_size)
+                segments = _OPS.arange(self._batch_size)
+                ids = added * self._batch_size + segments
+                start = _ring.block_start(added, self._max_length, self._batch_size)
                 if deferred:
                     # A shape unknown at trace time: index each leaf by its own length, so that no
                     # static shape conflict fires before the assertions name the faulty field.
-                    rows = [self._rows(added * self._batch_size + _OPS.arange(tf.shape(x)[0])) for x in leaves]
+                    rows = [start + _OPS.arange(tf.shape(x)[0]) for x in leaves]
                 else:
-                    rows = [self._rows(ids)] * len(leaves)
+                    rows = [start + segments] * len(leaves)
                 writes = self._table.write(rows, leaves)
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
-                    moved = self._added.assign_add(1)
-                with tf.control_dependencies([moved]):
-                    return tf.identity(ids)
+                    moved = self._added.assign_add(1, read_value=False)
+                return [moved], ids
 
             return self._concurrency.exclusive(write, "add_batch")
 
@@ -378,11 +383,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
 
-            def restore() -> tf.Tensor:
+            def restore() -> tuple[list[Any], tf.Tensor]:
                 with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
                     assigns = [v.assign(x) for v, x in zip(self._table.table_variables, values)]
                 with tf.control_dependencies(assigns):
-                    return self._added.assign(added, read_value=True)
+                    restored = self._added.assign(added, read_value=True)
+                return [restored], restored
 
             return self._concurrency.exclusive(restore, "restore")
 
@@ -409,8 +415,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _clear_tensor(self) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
 
-            def clear() -> tf.Tensor:
+            def clear() -> tuple[list[Any], tf.Tensor]:
                 with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
-                    return self._added.assign(0, read_value=True)
+                    cleared = self._added.assign(0, read_value=True)
+                return [cleared], cleared
 
             return self._concurrency.exclusive(clear, "clear")
