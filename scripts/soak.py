@@ -4,8 +4,14 @@ Runs `tfbuffers.stress.run` in rounds on one buffer (clearing it between rounds)
 the resident memory after each round, and writes a plot and a JSON summary. Memory
 should stay flat after the first rounds: the summary reports the growth from the
 end of the first quarter of the run to the end, and that growth per buffer
-operation. (TensorFlow 2.15 itself keeps 48 bytes per `tf.function` call,
-tensorflow/tensorflow#50765, which accounts for part of the TF buffer's growth.)
+operation, in resident bytes and in Python heap blocks (`sys.getallocatedblocks`).
+Threads share glibc's main heap and it is trimmed after each round, so that the
+resident size counts live memory, not glibc's fragments. It first measures what
+TensorFlow itself keeps per eager tensor it makes and frees in this process: on
+Python 3.11, TensorFlow 2.15 keeps one 16-byte heap block per tensor
+(tensorflow/tensorflow#62551; none on Python 3.10), and each TF buffer operation
+makes 4 to 6 tensors (its inputs and its results). Blocks per operation
+near that count, and no growth on Python 3.10, mean the growth is TensorFlow's.
 
     python scripts/soak.py --buffer tf_uniform --minutes 10
 """
@@ -13,6 +19,8 @@ tensorflow/tensorflow#50765, which accounts for part of the TF buffer's growth.)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import os
@@ -27,6 +35,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -44,6 +53,40 @@ def make_buffer(kind: str, batch_size: int, max_length: int) -> tfbuffers.Replay
     return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
 
 
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def one_malloc_arena() -> None:
+    """Makes threads started from now on share glibc's main heap, so that RSS counts live memory.
+
+    By default glibc gives threads their own arenas, which keep freed memory in
+    fragments: with threads allocating at this rate the resident size creeps up
+    while the bytes in use stay flat. (`MALLOC_ARENA_MAX=1` in the environment
+    does the same for a whole process.)
+    """
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS then includes free heap memory
+        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 1)
+
+
+def release_free_memory() -> None:
+    """Hands freed heap pages back to the system (glibc's `malloc_trim`)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def tensorflow_blocks_per_tensor(count: int = 50_000) -> float:
+    """Python heap blocks this process keeps per eager tensor that TensorFlow makes and frees (0 if none)."""
+    value = np.zeros(4)
+    for _ in range(count // 4):
+        tf.convert_to_tensor(value)  # warm-up: TensorFlow's caches
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for _ in range(count):
+        tf.convert_to_tensor(value)
+    gc.collect()
+    return (sys.getallocatedblocks() - before) / count
+
+
 def soak(
     kind: str,
     minutes: float,
@@ -54,6 +97,8 @@ def soak(
     progress: bool,
 ) -> dict[str, Any]:
     """Runs rounds of `stress.run` for `minutes`; returns totals and the memory series."""
+    one_malloc_arena()
+    tensorflow_baseline = tensorflow_blocks_per_tensor()
     buffer = make_buffer(kind, batch_size, max_length)
     add = tf.function(buffer.add_batch) if graph_writer else None
     writers = 1 if graph_writer else 2
@@ -61,6 +106,7 @@ def soak(
     threads = 0
     operations: list[int] = []
     memory: list[tuple[float, float]] = []
+    blocks: list[int] = []
     started = time.perf_counter()
     rounds = max(1, round(minutes * 60 / round_seconds))
     for _ in tqdm(range(rounds), desc=f"soak {kind}", unit="round", disable=not progress):
@@ -71,11 +117,13 @@ def soak(
         operations.append(report.operations)
         buffer.clear()
         gc.collect()
+        release_free_memory()
         memory.append((time.perf_counter() - started, psutil.Process().memory_info().rss / 2**20))
+        blocks.append(sys.getallocatedblocks())
     quarter_index = max(0, len(memory) // 4 - 1)
-    quarter = memory[quarter_index][1]
     later_operations = sum(operations[quarter_index + 1 :])
-    growth = memory[-1][1] - quarter
+    growth = memory[-1][1] - memory[quarter_index][1]
+    block_growth = blocks[-1] - blocks[quarter_index]
     return {
         "buffer": kind,
         "rounds": rounds,
@@ -84,6 +132,8 @@ def soak(
         "memory_mb": memory,
         "memory_growth_after_first_quarter_mb": growth,
         "bytes_per_operation_after_first_quarter": growth * 2**20 / later_operations if later_operations else 0.0,
+        "python_blocks_per_operation_after_first_quarter": block_growth / later_operations if later_operations else 0.0,
+        "tensorflow_blocks_per_tensor": tensorflow_baseline,
     }
 
 
@@ -141,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{int(totals['frames_checked']):,} frames checked, none torn. Resident memory "
         f"{result['memory_mb'][0][1]:.0f} -> {result['memory_mb'][-1][1]:.0f} MiB "
         f"({result['memory_growth_after_first_quarter_mb']:+.1f} MiB after the first quarter, "
-        f"{result['bytes_per_operation_after_first_quarter']:+.0f} bytes per operation). "
+        f"{result['bytes_per_operation_after_first_quarter']:+.0f} bytes and "
+        f"{result['python_blocks_per_operation_after_first_quarter']:+.1f} Python heap blocks per operation; "
+        f"TensorFlow itself keeps {result['tensorflow_blocks_per_tensor']:.2f} blocks per tensor it makes here). "
         f"Outputs in {output_dir}/soak.{{json,png}}"
     )
     return 0

@@ -191,5 +191,6 @@ def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer,
     assert result["rounds"] == 3 and len(result["memory_mb"]) == 3
     assert result["threads"] == (5 if graph_writer else 6)  # writers, 2 samplers, a dataset, a gatherer
     assert result["totals"]["frames_checked"] > 100 and result["totals"]["adds"] > 10
+    assert set(result) >= {"python_blocks_per_operation_after_first_quarter", "tensorflow_blocks_per_tensor"}
     assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "frames checked, none torn" in capsys.readouterr().out

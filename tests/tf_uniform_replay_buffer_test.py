@@ -123,6 +123,8 @@ def test_eager_calls_trace_once_and_then_reuse_the_function():
     for step in range(6):
         buffer.add_batch({"x": np.full([2, 2], step, np.float32)})
         buffer.gather_all()
+        frames = buffer.num_frames()  # read without a function: one read and one constant
+        assert frames.dtype == tf.int64 and int(frames) == 2 * min(step + 1, 4)
         if step:  # windows of 2 need 2 frames per segment
             buffer.get_next(3, 2)
         if step == 1:
