@@ -438,66 +438,62 @@ class NumpyLimit(System):
         return sum(a.nbytes for a in self.arrays)
 
 
-class BareVariables(System):
+class _BareRing(tf.Module):
+    """Variables written by one scatter per field and sampled by uniform draws and gathers, nothing else."""
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__()
+        self.workload = workload
+        self.fields = [
+            tf.Variable(tf.zeros([workload.frames, *s.shape.as_list()], s.dtype), trainable=False)
+            for s in tf.nest.flatten(workload.spec)
+        ]
+        self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+
+    def variables(self) -> list[tf.Variable]:
+        """The storage, as the TF buffers' method of that name (which `_TFBuffer` reads) gives it."""
+        return list(self.fields)
+
+    @tf.function
+    def add_batch(self, batch: Any) -> None:
+        w = self.workload
+        rows = (self.added % w.max_length) * w.num_envs + tf.range(w.num_envs, dtype=tf.int64)
+        writes = [v.scatter_update(tf.IndexedSlices(x, rows)) for v, x in zip(self.fields, tf.nest.flatten(batch))]
+        with tf.control_dependencies(writes):
+            self.added.assign_add(1, read_value=False)
+
+    def _sample(self, _: Any = None) -> Any:
+        w = self.workload
+        starts = tf.random.uniform([w.sample_batch_size], 0, w.frames - w.num_steps * w.num_envs, dtype=tf.int64)
+        rows = starts[:, None] + tf.range(0, w.num_steps * w.num_envs, w.num_envs, dtype=tf.int64)
+        items = tf.nest.pack_sequence_as(w.spec, [tf.gather(v, rows) for v in self.fields])
+        return items, tfbuffers.BufferInfo(rows, tf.fill([w.sample_batch_size], 1.0 / w.frames))
+
+    @tf.function
+    def get_next(self, sample_batch_size: int, num_steps: int) -> Any:
+        return self._sample()
+
+    def as_dataset(self, sample_batch_size: int, num_steps: int, num_parallel_calls: Any) -> tf.data.Dataset:
+        return tf.data.Dataset.counter().map(self._sample, num_parallel_calls=num_parallel_calls)
+
+
+class BareVariables(_TFBuffer):
     """`tf.Variable`s of the same size, written and sampled with no bookkeeping: the floor of an in-graph buffer.
 
     Adds scatter one block and move a counter; samples draw uniform window
     starts and gather. No checks, no lock, no ids, no wrap-around windows: what
     any in-graph buffer must at least do, so that the TF buffers' ratios to it
-    show what their bookkeeping and safety cost.
+    show what their bookkeeping and safety cost. Measured as the TF buffers are.
     """
 
     name = "bare tf.Variable"
 
     def __init__(self, workload: Workload) -> None:
-        super().__init__(workload)
-        self.variables = [
-            tf.Variable(tf.zeros([workload.frames, *s.shape.as_list()], s.dtype), trainable=False)
-            for s in tf.nest.flatten(workload.spec)
-        ]
-        self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False)
-        self._graph_batch = tf.nest.map_structure(tf.constant, numpy_batches(workload, 1, seed=1)[0])
-        self._add = tf.function(self._add_fn)
-        self._loop = tf.function(self._loop_fn)
-        self._sample = tf.function(self._sample_fn)
+        super().__init__(workload, _BareRing(workload))
 
-    def _add_fn(self, batch: Any) -> None:
-        w = self.workload
-        rows = (self.added % w.max_length) * w.num_envs + tf.range(w.num_envs, dtype=tf.int64)
-        writes = [v.scatter_update(tf.IndexedSlices(x, rows)) for v, x in zip(self.variables, tf.nest.flatten(batch))]
-        with tf.control_dependencies(writes):
-            self.added.assign_add(1, read_value=False)
-
-    def _loop_fn(self, num_adds: tf.Tensor) -> None:
-        for _ in tf.range(num_adds):
-            self._add_fn(self._graph_batch)
-
-    def _sample_fn(self, _: Any = None) -> Any:
-        w = self.workload
-        starts = tf.random.uniform([w.sample_batch_size], 0, w.frames - w.num_steps * w.num_envs, dtype=tf.int64)
-        rows = starts[:, None] + tf.range(0, w.num_steps * w.num_envs, w.num_envs, dtype=tf.int64)
-        items = tf.nest.pack_sequence_as(w.spec, [tf.gather(v, rows) for v in self.variables])
-        return items, tfbuffers.BufferInfo(rows, tf.fill([w.sample_batch_size], 1.0 / w.frames))
-
-    def add(self, batch: Any) -> None:
-        self._add(batch)
-
-    def fill(self, batches: list[Any], bar: Any) -> None:
-        self._loop(tf.constant(self.workload.max_length))
-        bar.update(self.workload.frames)
-
-    add_graph = _TFBuffer.add_graph
-
-    def sample_dataset(self, num_batches: int) -> float:
-        dataset = tf.data.Dataset.counter().map(self._sample_fn, num_parallel_calls=tf.data.AUTOTUNE)
-        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
-
-    def get_next(self, num_batches: int) -> float:
-        self._sample()
-        return _time(lambda: [self._sample() for _ in range(num_batches)])
-
-    def stored_bytes(self) -> int:
-        return sum(v.shape.num_elements() * v.dtype.size for v in self.variables)
+    # Neither: it has no deterministic pass and nothing to save.
+    deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
+    save_load = System.save_load  # type: ignore[assignment]
 
 
 class TFDataCeiling(System):

@@ -229,8 +229,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         if tf.executing_eagerly():
             tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]  # eager shapes are all known
-            with self._concurrency.eager_lock:
-                return self._concurrency.compiled(self, "_write")(tensors, [])
+            return self._locked("_write", tensors, [])
         return self._write(leaves, deferred)
 
     def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
@@ -340,6 +339,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         leaves, ids, probabilities = self._compiled_if_eager("_sample_tensors")(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
+    def _locked(self, method: str, *args: Any) -> Any:
+        """An eager call of `self.<method>(*args)`, compiled, holding the eager writers' lock."""
+        with self._concurrency.eager_lock:
+            return self._concurrency.compiled(self, method)(*args)
+
     def _compiled_if_eager(self, method: str) -> Callable[..., Any]:
         """`self.<method>`, through its compiled `tf.function` when called eagerly (see `_Concurrency`)."""
         if tf.executing_eagerly():
@@ -356,10 +360,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         gc.collect()
 
     def _snapshot(self) -> tuple[int, list[Any]]:
-        read = self._concurrency.compiled(self, "_snapshot_tensors")
         for _ in range(SNAPSHOT_ATTEMPTS):
-            with self._concurrency.eager_lock:  # eager writers wait; graph writers are checked for
-                whole, added, values = read()
+            # Eager writers wait; graph writers are checked for.
+            whole, added, values = self._locked("_snapshot_tensors")
             if whole:
                 return int(added), [value.numpy() for value in values]
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
@@ -380,8 +383,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _restore(self, added: int, arrays: list[Any]) -> None:
         values = [tf.convert_to_tensor(array) for array in arrays]
-        with self._concurrency.eager_lock:
-            self._concurrency.compiled(self, "_restore_tensors")(tf.constant(added, tf.int64), values)
+        self._locked("_restore_tensors", tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
@@ -410,8 +412,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _clear(self) -> None:
         if tf.executing_eagerly():
-            with self._concurrency.eager_lock:
-                self._concurrency.compiled(self, "_clear_tensor")()
+            self._locked("_clear_tensor")
         else:
             self._clear_tensor()
 
