@@ -1,6 +1,6 @@
 """Soak run: writer and reader threads on one buffer for minutes, every frame checked, memory tracked.
 
-Runs `tfbuffers.stress.run` in rounds on one buffer (clearing it between rounds), records
+Runs `tfbuffers.testing.run` in rounds on one buffer (clearing it between rounds), records
 the resident memory after each round, and writes a plot and a JSON summary. Memory
 should stay flat after the first rounds: the summary reports the growth from the
 end of the first quarter of the run to the end, and that growth per buffer
@@ -41,7 +41,7 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
-from tfbuffers import stress  # noqa: E402
+from tfbuffers import testing as stress  # noqa: E402
 
 COUNTS = ("seconds", "adds", "samples", "dataset_batches", "gathers", "frames_checked")
 

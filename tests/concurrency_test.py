@@ -1,6 +1,6 @@
 """Several threads on one buffer: every returned frame whole, written, and where its id says.
 
-`tfbuffers.stress` checks each frame as it is returned; a run fails on the first
+`tfbuffers.testing` checks each frame as it is returned; a run fails on the first
 torn, unwritten or misplaced frame. Rings are short (max_length 3 to 6) so that
 writers overwrite the rows readers are gathering all the time.
 """
@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import stress
-from tfbuffers.tf_uniform_replay_buffer import CONCURRENT_WRITERS
+from tfbuffers import testing as stress
+from tfbuffers._tf_concurrency import CONCURRENT_WRITERS
 
 SECONDS = 2.0
 
@@ -52,11 +52,11 @@ def test_the_stress_run_catches_a_torn_sample(monkeypatch):
     # Without the seqlock check, a sample may gather rows while they are rewritten.
     buffer = make("tf", max_length=2)
 
-    def unchecked(self, read):
+    def unchecked(self, read, added, max_length):
         tensors, _ = read()
         return tensors
 
-    monkeypatch.setattr(type(buffer), "_read_whole", unchecked)
+    monkeypatch.setattr(type(buffer._concurrency), "read_whole", unchecked)
     with pytest.raises(stress.StressError, match="torn frame|another id|not consecutive"):
         stress.run(buffer, seconds=10, writers=1, samplers=2, dataset_readers=1, add=tf.function(buffer.add_batch))
 
@@ -72,14 +72,14 @@ def test_a_second_graph_writer_raises_while_one_writes_and_stores_nothing():
         done = tf.numpy_function(lambda: (inside.set(), release.wait(30), np.int64(0))[-1], [], tf.int64)
         return [done], done
 
-    holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive(slow_write, "add_batch")))
+    holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive([], slow_write, "add_batch")))
     holder.start()
     assert inside.wait(30)
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
         tf.function(buffer.add_batch)(stress.frames(np.arange(3, 6, dtype=np.int64)))
     release.set()
     holder.join()
-    assert CONCURRENT_WRITERS.format(name="add_batch") in raised.value.message
+    assert CONCURRENT_WRITERS.format(buffer="TFUniformReplayBuffer", name="add_batch") in raised.value.message
     np.testing.assert_array_equal(buffer.gather_all()["code"], [[0], [1], [2]])  # nothing stored
     buffer.add_batch(stress.frames(np.arange(6, 9, dtype=np.int64)))  # the lock is free again
     np.testing.assert_array_equal(buffer.gather_all()["code"], [[0, 6], [1, 7], [2, 8]])

@@ -14,7 +14,7 @@ import tensorflow as tf
 from conftest import assert_whole, batch, code, fill, frames, make_buffer, to_numpy, underlying
 
 import tfbuffers
-from tfbuffers import replay_buffer, specs
+from tfbuffers import _sampling, specs
 
 
 def stored_codes(batch_size: int, first: int, last: int) -> np.ndarray:
@@ -113,7 +113,11 @@ def test_sampling_too_few_frames_raises(kind, num_adds, num_steps):
     buffer = make_buffer(kind)
     fill(buffer, num_adds)
     name = type(underlying(buffer)).__name__
-    message = replay_buffer.NOT_ENOUGH_FRAMES.format(buffer=name, num_steps=num_steps or 1)
+    if num_adds == 0:  # TF-Agents' words
+        message = f"{name} is empty. Make sure to add items before sampling the buffer."
+    else:
+        message = _sampling.NOT_ENOUGH_FRAMES.format(buffer=name, num_steps=num_steps)
+        assert message.startswith("num_steps: expected at most the frames one segment holds, got 3: ")
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
         buffer.get_next(sample_batch_size=2, num_steps=num_steps)
     with pytest.raises(tf.errors.InvalidArgumentError):
@@ -221,7 +225,7 @@ def test_deterministic_pass_drop_remainder(kind):
     dataset = underlying(buffer).as_dataset(sample_batch_size=2, num_steps=3, single_deterministic_pass=True)
     assert dataset.element_spec[0]["step"] == tf.TensorSpec([2, 3], tf.int64)
     assert [assert_whole(items).tolist() for items, _ in dataset] == [[[2, 3, 4], [1002, 1003, 1004]]]
-    with pytest.raises(ValueError, match="sample_batch_size=4 is larger than batch_size=3"):
+    with pytest.raises(ValueError, match="sample_batch_size: expected at most batch_size=3 .*ALL data will be dropped"):
         underlying(buffer).as_dataset(sample_batch_size=4, single_deterministic_pass=True)
 
 

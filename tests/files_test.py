@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import files, stress
+from tfbuffers import files
+from tfbuffers import testing as stress
 
 KINDS = ["py", "tf"]
 
@@ -56,10 +57,15 @@ def test_a_file_of_another_layout_is_refused_and_the_buffer_kept(tmp_path, kind)
     fill(buffer, 0, 1)
     with pytest.raises(ValueError) as raised:
         files.load(path, buffer)
-    assert str(raised.value) == f"{path}: batch_size: the file holds 2, the buffer expects 3"
+    name = type(buffer).__name__
+    assert str(raised.value) == f"{path}: batch_size: holds 2, this {name} expects 3"
     other_spec = dict(stress.SPEC, action=tf.TensorSpec([], tf.int64))
-    with pytest.raises(ValueError, match=r"fields: the file holds \[\['action', 'int32', \[\]\]"):
+    with pytest.raises(ValueError) as raised:
         files.load(path, tfbuffers.PyUniformReplayBuffer(other_spec, batch_size=2, max_length=3))
+    assert str(raised.value) == (
+        f"{path}: fields: action holds int32[], this PyUniformReplayBuffer stores int64[]; "
+        "a field is restored only into the field of the same nest path"
+    )
     np.testing.assert_array_equal(stress.check_whole(buffer.gather_all()), [[0], [1], [2]])
 
 
@@ -108,7 +114,8 @@ SAVER = textwrap.dedent(
     import sys
     import numpy as np
     import tfbuffers
-    from tfbuffers import files, stress
+    from tfbuffers import files
+    from tfbuffers import testing as stress
 
     path, start = sys.argv[1], int(sys.argv[2])
     buffer = tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=4, max_length=100_000)

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import stress
+from tfbuffers import testing as stress
 
 
 def rss_mb() -> float:
@@ -82,7 +82,8 @@ WORKFLOW = textwrap.dedent(
     import numpy as np
     warnings.filterwarnings("error", module=r"tfbuffers(\\..*)?$")  # a warning from tfbuffers fails the run
     import tfbuffers
-    from tfbuffers import files, observers, stress
+    from tfbuffers import files, observers
+    from tfbuffers import testing as stress
     from tfbuffers.envs import load_gymnasium
     from tf_agents.drivers import dynamic_step_driver
     from tf_agents.policies import random_tf_policy

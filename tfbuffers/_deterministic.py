@@ -16,8 +16,8 @@ import tensorflow as tf
 from tfbuffers import _ring
 
 ALL_DATA_DROPPED = (
-    "sample_batch_size={sample_batch_size} is larger than batch_size={batch_size} and "
-    "dataset_drop_remainder is True: the deterministic pass would drop all data"
+    "sample_batch_size: expected at most batch_size={batch_size} with dataset_drop_remainder=True, got "
+    "{sample_batch_size}: no group of segments is full, so ALL data will be dropped by the deterministic pass"
 )
 
 

@@ -1,22 +1,27 @@
-"""What the TF and numpy uniform buffers share: segments, rings and datasets.
+"""What the TF and numpy uniform buffers share: segments, rings, sampling, state and datasets.
 
 A segmented buffer keeps `batch_size` segments of `max_length` frames (see
 `tfbuffers._ring` for the layout and the ids). Its subclasses provide storage:
-how to write a block, gather rows, read the add counter and draw samples. This
-class builds everything else from those, once.
+how to write a block, gather rows, read the add counter and snapshot or replace
+the contents. A `tfbuffers._sampling.Sampler` says which windows a sample
+draws. This class builds everything else from those, once.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _ring
+from tfbuffers import _deterministic, _ring, _sampling
+from tfbuffers import state as state_lib
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, optional_positive_int, positive_int
 
 NOT_A_BOOL = "{name}: expected a bool, got {received}"
+ADDED = "added"
 
 
 class SegmentedReplayBuffer(ReplayBuffer):
@@ -43,6 +48,9 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self._max_length = max_length
         self._dataset_drop_remainder = dataset_drop_remainder
         self._dataset_window_shift = dataset_window_shift
+        self._sampler: _sampling.Sampler = _sampling.UniformSampler(type(self).__name__, batch_size, max_length)
+        # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
+        self._state_checkpoint = state_lib.StateCheckpoint(self)
 
     @property
     def batch_size(self) -> int:
@@ -62,6 +70,84 @@ class SegmentedReplayBuffer(ReplayBuffer):
 
     def _ids_shape(self, sample_batch_size: int | None, num_steps: int | None) -> list[int]:
         return ([] if sample_batch_size is None else [sample_batch_size]) + ([] if num_steps is None else [num_steps])
+
+    def _frames_of(self, added: int) -> int:
+        return int(_ring.frames_per_segment(_ring.NUMPY, added, self._max_length)) * self._batch_size
+
+    # State.
+
+    def state_template(self) -> state_lib.BufferState:
+        """A `BufferState` with this buffer's format, layout, fields, names and shapes, and no contents.
+
+        Its arrays are zero-strided views: they take no memory.
+        """
+        return state_lib.BufferState(
+            format=state_lib.SEGMENTED,
+            layout={"batch_size": self._batch_size, "max_length": self._max_length},
+            fields=self._fields,
+            counters={ADDED: 0},
+            arrays={
+                field.path: np.broadcast_to(
+                    np.zeros((), field.spec.dtype.as_numpy_dtype), (self.capacity, *field.spec.shape.as_list())
+                )
+                for field in self._fields
+            },
+        )
+
+    def state(self) -> state_lib.BufferState:
+        """The buffer's contents at one moment, as numpy arrays (see `tfbuffers.state`).
+
+        Safe while other threads use the buffer: the py buffer copies its arrays
+        under its lock; the TF buffer reads its variables until no add
+        overlapped the read.
+        """
+        self._check_open()
+        added, arrays = self._snapshot()
+        return dataclasses.replace(
+            self.state_template(),
+            counters={ADDED: int(added)},
+            arrays={field.path: array for field, array in zip(self._fields, arrays)},
+        )
+
+    def restore_state(self, buffer_state: state_lib.BufferState, *, source: str = "state") -> None:
+        """Replaces the buffer's contents with `buffer_state`'s, at once for other threads.
+
+        Fields are matched by nest path. The state must have this buffer's format,
+        layout and fields (paths, dtypes, shapes); its buffer kind may differ.
+
+        Args:
+          buffer_state: From `state()` of this or another buffer, a file or a checkpoint.
+          source: What the state came from, for error messages.
+
+        Raises:
+          ValueError: If the format, layout, fields or array shapes differ, or the
+            counter is out of range; the buffer is then unchanged.
+        """
+        self._check_open()
+        template = self.state_template()
+        name = type(self).__name__
+        state_lib.check_compatible(buffer_state.describe(), template.describe(), source, name)
+        arrays = []
+        for field in self._fields:
+            array = np.asarray(buffer_state.arrays[field.path])
+            expected = template.arrays[field.path]
+            if array.shape != expected.shape or array.dtype != expected.dtype:
+                raise ValueError(
+                    state_lib.ARRAY_MISMATCH.format(
+                        source=source,
+                        name=field.path,
+                        received=f"{array.shape} {array.dtype}",
+                        expected=f"{expected.shape} {expected.dtype}",
+                        buffer=name,
+                    )
+                )
+            arrays.append(array)
+        added = buffer_state.counters.get(ADDED)
+        if not isinstance(added, int | np.integer) or added < 0:
+            raise ValueError(f"{source}: counter {ADDED}: expected an int >= 0, got {added!r}")
+        self._restore(int(added), arrays)
+
+    # Datasets.
 
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
@@ -96,10 +182,6 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _rows(self, ids: Any) -> Any:
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
 
-    def _frames_of(self, added: int) -> int:
-        """How many frames the buffer holds after `added` adds."""
-        return int(_ring.frames_per_segment(_ring.NUMPY, added, self._max_length)) * self._batch_size
-
     # Storage hooks.
 
     @abc.abstractmethod
@@ -108,7 +190,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
 
     @abc.abstractmethod
     def _restore(self, added: int, arrays: list[Any]) -> None:
-        """Replaces the contents and counter by a snapshot's, at once for other threads."""
+        """Replaces the contents and counter by a checked snapshot's, at once for other threads."""
 
     @abc.abstractmethod
     def _added_tensor(self) -> tf.Tensor:
@@ -122,4 +204,4 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        """A uniform sample as tensors: (leaves, ids, probabilities)."""
+        """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""

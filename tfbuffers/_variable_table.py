@@ -15,13 +15,16 @@ def _variable_name(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-/]", "_", path).strip("_") or "item"
 
 
-class VariableTable(tf.Module):
-    """`num_rows` rows of every field, each field a `[num_rows, *shape]` variable."""
+class VariableTable:
+    """`num_rows` rows of every field, each field a `[num_rows, *shape]` variable.
+
+    A plain object, not a `tf.Module`: the buffer checkpoints its contents as a
+    whole (`tfbuffers.state`), by field path, never variable by variable.
+    """
 
     def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
         """Creates zero-filled variables in the current device and name scope, named by field path."""
-        super().__init__(name=None)
-        self._variables = [
+        self.variables = [
             tf.Variable(
                 tf.zeros([num_rows, *field.spec.shape.as_list()], field.spec.dtype),
                 trainable=False,
@@ -30,18 +33,13 @@ class VariableTable(tf.Module):
             for field in fields
         ]
 
-    @property
-    def table_variables(self) -> list[tf.Variable]:
-        """The field variables, in `tf.nest.flatten` order of the spec."""
-        return list(self._variables)
-
     def write(self, rows: Sequence[tf.Tensor], leaves: Sequence[Any]) -> list[Any]:
         """Writes `leaves[i]` (shaped `rows[i].shape + shape_i`) at `rows[i]`; returns the updates."""
         return [
             variable.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(leaf), leaf_rows))
-            for variable, leaf, leaf_rows in zip(self._variables, leaves, rows)
+            for variable, leaf, leaf_rows in zip(self.variables, leaves, rows)
         ]
 
     def read(self, rows: tf.Tensor) -> list[tf.Tensor]:
         """Gathers `rows` (any shape) from every field."""
-        return [tf.gather(variable, rows) for variable in self._variables]
+        return [tf.gather(variable, rows) for variable in self.variables]

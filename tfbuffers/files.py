@@ -28,6 +28,7 @@ The file holds the segmented layout that `TFUniformReplayBuffer` and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -36,16 +37,21 @@ import uuid
 from typing import Any
 
 import numpy as np
-import safetensors
-import safetensors.numpy
 import tensorflow as tf  # noqa: F401 (the doctest uses it)
+
+from tfbuffers import state
+
+try:
+    import safetensors
+    import safetensors.numpy
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(f"tfbuffers.files needs safetensors ({error}): pip install 'tfbuffers[files]'") from error
 
 FORMAT = "tfbuffers.segmented/1"
 ADDED = "added"
 FIELD_PREFIX = "field/"
 
 NOT_A_BUFFER_FILE = "{path}: expected a tfbuffers buffer file ({format}), got {received}"
-LAYOUT_MISMATCH = "{path}: {what}: the file holds {received}, the buffer expects {expected}"
 NOT_JSON = "metadata: expected a JSON-serialisable dict, got {received}"
 
 
@@ -74,16 +80,17 @@ def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None =
         user = json.dumps(metadata or {})
     except (TypeError, ValueError) as error:
         raise TypeError(NOT_JSON.format(received=error)) from None
-    added, arrays = buffer._snapshot()
+    buffer_state = buffer.state()
+    added = buffer_state.counters[ADDED]
     tensors = {ADDED: np.array([added], np.int64)}
-    tensors.update({FIELD_PREFIX + field.path: np.ascontiguousarray(a) for field, a in zip(buffer._fields, arrays)})
+    tensors.update({FIELD_PREFIX + path: np.ascontiguousarray(a) for path, a in buffer_state.arrays.items()})
     header = {
         "format": FORMAT,
         "buffer": type(buffer).__name__,
         "batch_size": str(buffer.batch_size),
         "max_length": str(buffer.max_length),
-        "frames": str(int(buffer._frames_of(added))),
-        "fields": json.dumps(_describe_fields(buffer)),
+        "frames": str(int(buffer.num_frames())),
+        "fields": json.dumps(buffer_state.describe()["fields"]),
         "metadata": user,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,23 +155,18 @@ def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
     """
     path = pathlib.Path(path)
     header = read_header(path)
-    expected = {
-        "batch_size": buffer.batch_size,
-        "max_length": buffer.max_length,
-        "fields": _describe_fields(buffer),
+    template = buffer.state_template()
+    received = {
+        "format": template.format,  # the file format is checked by read_header
+        "layout": {"batch_size": header["batch_size"], "max_length": header["max_length"]},
+        "fields": header["fields"],
     }
-    for what, value in expected.items():
-        if header[what] != value:
-            raise ValueError(LAYOUT_MISMATCH.format(path=path, what=what, received=header[what], expected=value))
+    state.check_compatible(received, template.describe(), str(path), type(buffer).__name__)
     with safetensors.safe_open(str(path), framework="np") as opened:
         added = int(opened.get_tensor(ADDED)[0])
-        arrays = [opened.get_tensor(FIELD_PREFIX + field.path) for field in buffer._fields]
-    buffer._restore(added, arrays)
+        arrays = {field.path: opened.get_tensor(FIELD_PREFIX + field.path) for field in buffer.fields}
+    buffer.restore_state(dataclasses.replace(template, counters={ADDED: added}, arrays=arrays), source=str(path))
     return header["metadata"]
-
-
-def _describe_fields(buffer: Any) -> list[list[Any]]:
-    return [[f.path, f.spec.dtype.name, f.spec.shape.as_list()] for f in buffer._fields]
 
 
 def _remove_stale_temporaries(path: pathlib.Path) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import specs
-from tfbuffers.replay_buffer import ReplayBuffer, weak_method
+from tfbuffers.replay_buffer import ReplayBuffer
 
 WRONG_BATCH_SIZE = (
     "{observer}: the driver's trajectories have batch size {received} but the buffer has batch_size={expected} "
@@ -51,7 +51,9 @@ class TFObserver:
     """Adds the batched trajectories of a TF driver to a buffer.
 
     Pass it in a driver's `observers`; it returns the stored frames' ids, a
-    tensor, as drivers `tf.group` their observers' results.
+    tensor, as drivers `tf.group` their observers' results. Every buffer adds
+    inside the driver's graph when it runs: the TF buffer natively, the py
+    buffer through `tf.numpy_function`.
     """
 
     def __init__(self, buffer: ReplayBuffer) -> None:
@@ -80,19 +82,7 @@ class TFObserver:
         if leaves:
             shape = tf.TensorShape(getattr(leaves[0], "shape", np.shape(leaves[0])))
             _check_batch_size("TFObserver", self._buffer, shape[0] if shape.rank else None)
-        if self._buffer.adds_in_graph:
-            return self._buffer.add_batch(trajectory)
-
-        # TensorFlow's registry of numpy_function callables outlives graphs: reach the buffer
-        # weakly there (this observer holds it), so that a dropped buffer is freed.
-        add_batch = weak_method(self._buffer, "add_batch")
-
-        def add(*arrays: np.ndarray) -> np.ndarray:
-            return np.asarray(add_batch(tf.nest.pack_sequence_as(trajectory, list(arrays))))
-
-        ids = tf.numpy_function(add, [tf.convert_to_tensor(leaf) for leaf in leaves], tf.int64, stateful=True)
-        batch_size = getattr(self._buffer, "batch_size", None)
-        return tf.ensure_shape(ids, [batch_size])
+        return self._buffer.add_batch(trajectory)
 
 
 class PyObserver:
@@ -110,7 +100,7 @@ class PyObserver:
           TypeError: If `buffer` is not a tfbuffers buffer.
         """
         self._buffer = _check_buffer("PyObserver", buffer)
-        self._first_field = buffer._fields[0] if buffer._fields else None
+        self._first_field = buffer.fields[0] if buffer.fields else None
 
     @property
     def buffer(self) -> ReplayBuffer:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, specs
+from tfbuffers import _ring, _sampling, specs
 from tfbuffers._numpy_table import NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
-    NOT_ENOUGH_FRAMES,
     BufferInfo,
     optional_positive_int,
     positive_int,
@@ -27,10 +25,6 @@ _OPS = _ring.NUMPY
 NO_SIZE = "capacity or max_length: expected at least one, got neither"
 CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
 CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
-SYMBOLIC_TENSOR = (
-    "{path}: expected a value (numpy array or eager tensor), got a symbolic tensor; "
-    "PyUniformReplayBuffer.add_batch runs in Python: call it eagerly, or use TFUniformReplayBuffer in graphs"
-)
 
 
 class PyUniformReplayBuffer(SegmentedReplayBuffer):
@@ -42,6 +36,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     sample one gather per field; adds and reads take a lock, so the buffer can
     be filled in one thread while `as_dataset` reads in tf.data's.
 
+    Inside a graph (`tf.function`, a driver's loop, `tf.data`) every method runs
+    when the graph runs, through `tf.numpy_function`, never at trace time: a
+    `tf.function` that samples returns new samples on every call.
+
     Differences from `tf_agents.replay_buffers.PyUniformReplayBuffer`:
 
     * `get_next` returns `(items, BufferInfo)` like the TF buffer (TF-Agents'
@@ -52,7 +50,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
       `sequence_preprocess_fn` work; `gather_all` returns only stored frames,
       oldest first; sampling an empty buffer raises instead of returning
       uninitialised memory.
-    * It is checkpointed by `tf.train.Checkpoint`, contents and counter.
+    * It is checkpointed by `tf.train.Checkpoint`, contents and counter, fields
+      matched by nest path (see `tfbuffers.state`).
+    * `as_dataset` yields `(items, BufferInfo)` like `get_next` (TF-Agents' py
+      buffer yields the items alone).
 
     `capacity` alone means one segment of `capacity` frames (TF-Agents' form).
 
@@ -92,7 +93,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
           seed: Seed of the sampler's `numpy.random.Generator`.
           dataset_drop_remainder: As in `TFUniformReplayBuffer`.
           dataset_window_shift: As in `TFUniformReplayBuffer`.
-          stateful_dataset: Whether the datasets hold stateful ops.
+          stateful_dataset: Accepted for TF-Agents compatibility; ignored.
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -120,55 +121,58 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             stateful_dataset=stateful_dataset,
         )
         self._lock = threading.Lock()
-        self._table = NumpyTable(self._fields, self.capacity, self._lock)
+        self._table = NumpyTable(self._fields, self.capacity)
         self._rng = np.random.default_rng(seed)
+        self._backend = _sampling.numpy_backend(self._rng)
         self._dtypes = [field.spec.dtype for field in self._fields]
         self._segments = np.arange(self._batch_size, dtype=np.int64)
 
-    def _num_frames(self) -> np.int64:
-        with self._lock:
-            return np.int64(_ring.frames_per_segment(_OPS, self._table.added, self._max_length) * self._batch_size)
+    def _num_frames(self) -> Any:
+        if not tf.executing_eagerly():
+            return self._in_graph(self._num_frames_value, [], tf.int64, [])
+        return self._num_frames_value()
 
-    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> np.ndarray:
-        # A tensor is the only leaf that is not numpy here (check_batch converts everything else).
-        arrays = [
-            leaf if isinstance(leaf, np.ndarray) else self._tensor_value(field, leaf)
-            for field, leaf in zip(self._fields, leaves)
-        ]
+    def _num_frames_value(self) -> np.int64:
+        with self._lock:
+            self._check_open()
+            return np.int64(self._frames_of(self._table.added))
+
+    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
+        if not tf.executing_eagerly():
+            # Inside a graph: store when the graph runs, not when it is traced. The static checks
+            # passed; the full check runs again on the values, so shapes unknown at trace time are
+            # checked too.
+            inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
+            return self._in_graph(self._add_arrays, inputs, tf.int64, [self._batch_size])
+        # Eager tensors are the only leaves that are not numpy here (check_batch converts everything else).
+        arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
         with self._lock:
             added = self._table.added
             self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
             self._table.added = added + 1
         return added * self._batch_size + self._segments
 
-    @staticmethod
-    def _tensor_value(field: specs.Field, leaf: Any) -> np.ndarray:
-        if not hasattr(leaf, "numpy"):
-            raise TypeError(SYMBOLIC_TENSOR.format(path=field.path))
-        return np.asarray(leaf.numpy())
+    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
+        return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
+
+    def _in_graph(self, method: Any, inputs: list[Any], dtype: Any, shape: list[int | None]) -> tf.Tensor:
+        """`method(*inputs)` as a stateful op that runs when the graph runs, holding this buffer weakly."""
+        return tf.ensure_shape(tf.numpy_function(weak_method(method), inputs, dtype, stateful=True), shape)
 
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        shape = () if sample_batch_size is None else (sample_batch_size,)
         with self._lock:
             self._check_open()  # a dataset may outlive the buffer's storage
-            added = self._table.added
-            total = int(_ring.windows_per_segment(_OPS, added, self._max_length, num_steps or 1)) * self._batch_size
-            if total <= 0:
-                message = NOT_ENOUGH_FRAMES.format(buffer=type(self).__name__, num_steps=num_steps or 1)
-                raise tf.errors.InvalidArgumentError(None, None, message)
-            draws = np.asarray(self._rng.integers(0, total, size=shape, dtype=np.int64))
-            ids, rows = _ring.window_ids_and_rows(
-                _OPS, draws, added, self._max_length, self._batch_size, num_steps or 1
-            )
-            if num_steps is None:
-                ids, rows = ids[..., 0], rows[..., 0]
-            leaves = self._table.read(rows)
-        return leaves, np.asarray(ids), np.full(shape, 1.0 / total, np.float32)
+            sample = self._sampler.sample(self._backend, self._table.added, sample_batch_size, num_steps)
+            leaves = self._table.read(sample.rows)
+        return leaves, np.asarray(sample.ids), sample.probabilities
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        if tf.executing_eagerly():
+            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        else:
+            leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
     def _gather_arrays(self, ids: np.ndarray) -> list[np.ndarray]:
@@ -179,13 +183,28 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             return self._table.read(self._rows(ids))
 
     def _gather_all(self) -> Any:
+        if not tf.executing_eagerly():
+            leaves = tf.numpy_function(weak_method(self._gather_all_arrays), [], self._dtypes, stateful=True)
+            return self._pack(self._with_static_shapes(leaves, tf.TensorShape([self._batch_size, None])))
+        return self._pack(self._gather_all_arrays())
+
+    def _gather_all_arrays(self) -> list[np.ndarray]:
         with self._lock:
+            self._check_open()
             ids = _ring.chronological_ids(_OPS, self._table.added, self._max_length, self._batch_size)
-            return self._pack(self._table.read(self._rows(ids)))
+            return self._table.read(self._rows(ids))
 
     def _clear(self) -> None:
+        if not tf.executing_eagerly():
+            self._in_graph(self._clear_value, [], tf.int64, [])
+            return
+        self._clear_value()
+
+    def _clear_value(self) -> np.int64:
         with self._lock:
+            self._check_open()
             self._table.added = 0
+        return np.int64(0)
 
     def _close(self) -> None:
         with self._lock:
@@ -206,19 +225,15 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     # they reach the buffer through a weak reference: a dropped buffer is freed. The
     # datasets hold the buffer itself (see `_as_dataset`).
 
-    def _bridge(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """`method` of this buffer, called without keeping the buffer alive."""
-        return weak_method(self, method.__name__)
-
     def _added_value(self) -> np.int64:
         return np.int64(self._table.added)
 
     def _added_tensor(self) -> tf.Tensor:
-        added = tf.numpy_function(self._bridge(self._added_value), [], tf.int64, stateful=True)
+        added = tf.numpy_function(weak_method(self._added_value), [], tf.int64, stateful=True)
         return tf.ensure_shape(added, [])
 
     def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
-        leaves = tf.numpy_function(self._bridge(self._gather_arrays), [ids], self._dtypes, stateful=True)
+        leaves = tf.numpy_function(weak_method(self._gather_arrays), [ids], self._dtypes, stateful=True)
         return self._with_static_shapes(leaves, ids.shape)
 
     def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
@@ -232,7 +247,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        sample = functools.partial(self._bridge(self._sample_list), sample_batch_size, num_steps)
+        sample = functools.partial(weak_method(self._sample_list), sample_batch_size, num_steps)
         outputs = tf.numpy_function(sample, [], [*self._dtypes, tf.int64, tf.float32], stateful=True)
         ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
         leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)

@@ -15,7 +15,7 @@ import collections
 import numbers
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -42,11 +42,11 @@ FRAMES_GONE = (
 CLOSED = "{buffer}: the buffer is closed"
 DROPPED = "{buffer}: the buffer was garbage-collected while a graph that reads or writes it still runs; keep it"
 NUM_STEPS_TOO_LARGE = "num_steps: expected at most max_length={max_length}, got {received}"
-NOT_CALLABLE = "{name}: expected a callable or None, got {received}"
-NOT_ENOUGH_FRAMES = (
-    "{buffer}: cannot sample windows of {num_steps} frame(s): every segment holds fewer than "
-    "{num_steps} frame(s). Add items before sampling."
+NUM_STEPS_TOO_LARGE_FOR_PASS = (
+    "num_steps: expected at most max_length={max_length}, got {received}: no window fits in a segment, "
+    "so ALL data will be dropped by the deterministic pass"
 )
+NOT_CALLABLE = "{name}: expected a callable or None, got {received}"
 
 
 # The library's graph code has no tensor-dependent Python control flow: autograph
@@ -99,21 +99,22 @@ def _tuples_for_lists(structure: Any) -> Any:
     return structure
 
 
-def weak_method(owner: Any, name: str) -> Callable[..., Any]:
-    """A function calling `owner.<name>` through a weak reference; raises `DROPPED` once `owner` is gone.
+def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` (a bound method) called through a weak reference to its object; raises `DROPPED` once it is gone.
 
-    For `tf.numpy_function`, whose registry of callables outlives the graphs that use
-    them: a buffer reached this way is freed once its user drops it.
+    For `tf.numpy_function` and `tf.function`, whose registries of callables outlive
+    the graphs that use them: a buffer reached this way is freed once its user drops it.
     """
-    reference = weakref.ref(owner)
-    kind = type(owner).__name__
+    reference = weakref.WeakMethod(method)
+    kind = type(method.__self__).__name__  # type: ignore[attr-defined]
 
     def call(*args: Any) -> Any:
         target = reference()
         if target is None:
             raise ValueError(DROPPED.format(buffer=kind))
-        return getattr(target, name)(*args)
+        return target(*args)
 
+    call.__name__ = method.__name__
     return call
 
 
@@ -124,8 +125,6 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     the graph that does so. Subclasses implement the `_`-prefixed hooks.
     """
 
-    _ADDS_IN_GRAPH: ClassVar[bool] = False
-
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def __init__(self, data_spec: Any, capacity: int, stateful_dataset: bool = False) -> None:
         """Initializes the buffer.
@@ -134,7 +133,10 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
           data_spec: A nest of `tf.TensorSpec` (or `tf_agents` `ArraySpec`)
             describing one stored item, without the batch dimension.
           capacity: How many items the buffer holds.
-          stateful_dataset: Whether `as_dataset` pipelines hold stateful ops.
+          stateful_dataset: Accepted for TF-Agents compatibility and ignored: the
+            datasets read the buffer's variables or call into Python, so they
+            are stateful whatever it says (TF-Agents sets a `tf.data` option
+            that TensorFlow 2 no longer has, to the same effect).
 
         Raises:
           TypeError: If a leaf of `data_spec` is not a spec.
@@ -142,7 +144,8 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             neither numeric nor bool.
         """
         super().__init__()
-        self._fields = specs.flatten_spec(data_spec)
+        data_spec = specs.unwrap(data_spec)
+        self._fields = tuple(specs.flatten_spec(data_spec))
         self._data_spec = data_spec
         self._dataset_structure = _tuples_for_lists(data_spec)
         self._capacity = capacity
@@ -161,18 +164,23 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         return self._capacity
 
     @property
-    def adds_in_graph(self) -> bool:
-        """Whether `add_batch` can run inside a graph (`tf.function`, a driver's `tf.while_loop`).
-
-        Buffers that cannot are still driver observers: `tfbuffers.observers.TFObserver`
-        reaches them through `tf.numpy_function`.
-        """
-        return self._ADDS_IN_GRAPH
+    def fields(self) -> tuple[specs.Field, ...]:
+        """The leaves of `data_spec` in `tf.nest.flatten` order: `Field(path, tf.TensorSpec)` each."""
+        return self._fields
 
     @property
     def stateful_dataset(self) -> bool:
-        """Whether the buffer's datasets hold stateful ops."""
+        """The constructor's `stateful_dataset`, which changes nothing (see `__init__`)."""
         return self._stateful_dataset
+
+    @property
+    def size(self) -> int:
+        """The number of frames stored, a Python int (TF-Agents' `PyUniformReplayBuffer.size`); eager only."""
+        return int(self.num_frames())
+
+    def __len__(self) -> int:
+        """The number of frames stored (`size`)."""
+        return self.size
 
     @_not_converted
     def num_frames(self) -> Any:
@@ -287,7 +295,9 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         """
         self._check_open()
         sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
-        num_steps = self._check_num_steps(num_steps)
+        num_steps = self._check_num_steps(
+            num_steps, NUM_STEPS_TOO_LARGE_FOR_PASS if single_deterministic_pass else None
+        )
         if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
             num_parallel_calls = positive_int("num_parallel_calls", num_parallel_calls)
         if sequence_preprocess_fn is not None and not callable(sequence_preprocess_fn):
@@ -302,11 +312,6 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             dataset = dataset.map(
                 lambda items, info: (sequence_preprocess_fn(items), info), num_parallel_calls=num_parallel_calls
             )
-        if self._stateful_dataset:
-            options = tf.data.Options()
-            if hasattr(options, "experimental_allow_stateful"):
-                options.experimental_allow_stateful = True
-                dataset = dataset.with_options(options)
         return dataset
 
     @_not_converted
@@ -349,11 +354,11 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     def _close(self) -> None:
         """Releases storage, servers, threads and files (nothing by default)."""
 
-    def _check_num_steps(self, num_steps: Any) -> int | None:
+    def _check_num_steps(self, num_steps: Any, message: str | None = None) -> int | None:
         num_steps = optional_positive_int("num_steps", num_steps)
         limit = self._max_num_steps()
         if num_steps is not None and num_steps > limit:
-            raise ValueError(NUM_STEPS_TOO_LARGE.format(max_length=limit, received=num_steps))
+            raise ValueError((message or NUM_STEPS_TOO_LARGE).format(max_length=limit, received=num_steps))
         return num_steps
 
     def _pack(self, leaves: Sequence[Any]) -> Any:

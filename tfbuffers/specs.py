@@ -53,6 +53,8 @@ class DeferredShapeCheck(NamedTuple):
     path: str
     value: tf.Tensor
     expected: tuple[int, ...]
+    outer_dims: int = 0
+    """How many of `expected`'s leading dimensions are batch dimensions."""
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -80,6 +82,35 @@ def _children(value: Any) -> list[tuple[Any, Any]] | None:
     if isinstance(value, (list, tuple)):
         return list(enumerate(value))
     return None
+
+
+def unwrap(structure: Any) -> Any:
+    """`structure` with plain Python containers in place of `tf.Module`'s tracking wrappers.
+
+    A spec kept as a `tf.Module` attribute (an agent's `collect_data_spec`) comes
+    back wrapped (`_DictWrapper`, `ListWrapper`, `_TupleWrapper` around a
+    namedtuple); the buffer stores, packs and returns the plain nest instead. A
+    nest with no wrapper is returned as it is.
+    """
+    children = _children(structure)
+    if children is None:
+        return structure
+    values = [unwrap(child) for _, child in children]
+    wrapped = type(structure).__module__ == _WRAPPERS
+    if not wrapped and all(value is child for value, (_, child) in zip(values, children)):
+        return structure
+    if isinstance(structure, collections.abc.Mapping):
+        by_key = dict(zip([key for key, _ in children], values))
+        kind: Any = dict if wrapped else type(structure)
+        return kind((key, by_key[key]) for key in structure)  # the caller's key order
+    if _is_namedtuple(structure):
+        return type(getattr(structure, "__wrapped__", structure))(*values)
+    if isinstance(structure, tuple):
+        return tuple(values)
+    return list(values)
+
+
+_WRAPPERS = "tensorflow.python.trackable.data_structures"
 
 
 def _as_tensor_spec(path: str, spec: Any) -> tf.TensorSpec:
@@ -278,7 +309,7 @@ def check_batch(
             raise ValueError(WRONG_DTYPE.format(path=path, expected=spec.dtype.name, received=tf.as_dtype(dtype).name))
         expected = (*outer_dims, *spec.shape.as_list())
         if dims is None:
-            deferred.append(DeferredShapeCheck(path, value, expected))
+            deferred.append(DeferredShapeCheck(path, value, expected, len(outer_dims)))
             leaves.append(value)
             continue
         if len(dims) != len(expected) or any(
@@ -289,7 +320,7 @@ def check_batch(
             if d is not None and d != e:
                 raise ValueError(WRONG_BATCH_SIZE.format(path=path, expected=e, received=d, shape=_shape_str(dims)))
         if None in dims:
-            deferred.append(DeferredShapeCheck(path, value, expected))
+            deferred.append(DeferredShapeCheck(path, value, expected, len(outer_dims)))
         leaves.append(value)
     return leaves, deferred
 
@@ -364,19 +395,33 @@ def _compile_matcher(spec: Any, expected: Any) -> _Matcher:
 
 
 def graph_shape_assertions(deferred: Sequence[DeferredShapeCheck]) -> list[Any]:
-    """Builds the in-graph assertions for shapes unknown at trace time.
+    """Builds the in-graph checks of shapes unknown at trace time.
 
-    Each raises `tf.errors.InvalidArgumentError` when run with a wrong shape,
-    with a message naming the field and the expected shape.
+    Each raises `tf.errors.InvalidArgumentError` when run with a wrong shape, with
+    the eager check's message up to the received shape, which the graph appends:
+    `x: expected leading batch size 2, got shape [3 2]` for a batch dimension,
+    `x: expected shape (2, 2), got [2 3]` for the others.
     """
-    return [
-        tf.debugging.assert_equal(
-            tf.shape(check.value, out_type=tf.int64),
-            tf.constant(check.expected, tf.int64),
-            message=f"{check.path}: expected shape {_shape_str(check.expected)}, got",
-        )
-        for check in deferred
-    ]
+    checks = []
+    for check in deferred:
+        shape = tf.shape(check.value, out_type=tf.int64)
+        rank = len(check.expected)
+        # The shape padded (or cut) to the expected rank: -1 where a dimension is missing.
+        head = tf.concat([shape, tf.fill([rank], tf.constant(-1, tf.int64))], 0)[:rank]
+        expected = tf.constant(check.expected, tf.int64)
+        batch_ok = tf.reduce_all(tf.equal(head[: check.outer_dims], expected[: check.outer_dims]))
+        batch = WRONG_BATCH_SIZE.format(
+            path=check.path,
+            expected=", ".join(map(str, check.expected[: check.outer_dims])),
+            received="shape",
+            shape="",
+        ).removesuffix(" (shape )")
+        batch_checked = tf.debugging.Assert(batch_ok, [batch, shape], summarize=rank + 1)
+        with tf.control_dependencies([batch_checked]):
+            shape_ok = tf.logical_and(tf.equal(tf.size(shape), rank), tf.reduce_all(tf.equal(head, expected)))
+            message = f"{check.path}: expected shape {_shape_str(check.expected)}, got"
+            checks.append(tf.debugging.Assert(shape_ok, [message, shape], summarize=rank + 1))
+    return checks
 
 
 def pack(data_spec: Any, leaves: Sequence[Any]) -> Any:

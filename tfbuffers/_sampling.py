@@ -1,0 +1,138 @@
+"""Samplers: which windows a sample draws, written once for numpy and TensorFlow.
+
+A sampler turns the add counter into drawn windows: their frame ids, their
+storage rows and the exact probability of each draw. It reads nothing but the
+counter (and whatever state of its own it keeps), so a buffer swaps its sampler
+without touching storage, locking or datasets: the TF buffer calls it inside its
+lock-free checked read, the py buffer under its lock, and both buffers'
+`as_dataset` through those same reads.
+
+The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the
+ring arithmetic of `tfbuffers._ring` takes its ops namespace; a prioritized or
+episode-aware sampler is one more `Sampler` subclass over the same backends.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import _ring
+
+EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
+NOT_ENOUGH_FRAMES = (
+    "num_steps: expected at most the frames one segment holds, got {num_steps}: {buffer} holds fewer than "
+    "{num_steps} frame(s) per segment so far. Add items before sampling windows of {num_steps}."
+)
+
+
+class Backend(NamedTuple):
+    """What a sampler needs of an array library, beyond the ring's `ops`."""
+
+    ops: _ring.Ops
+    uniform_integers: Callable[[list[int], Any, list[Any]], Any]
+    """`(shape, maxval, after)`: integers uniform in `[0, maxval)`, drawn once the `after` checks passed."""
+    require: Callable[[Any, str, list[Any]], Any]
+    """`(condition, message, after)`: raises `InvalidArgumentError(message)` unless `condition`; in TensorFlow
+    it returns the check, which runs after the checks in `after` (so the first failing one is reported)."""
+    full_inverse: Callable[[list[int], Any], Any]
+    """`(shape, count)`: a float32 array of `1 / count` (computed in float64)."""
+
+
+def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.Tensor:
+    with tf.control_dependencies(after):
+        # The checks guarantee maxval > 0; the maximum keeps the op valid while they are pending.
+        return tf.random.uniform(shape, 0, tf.maximum(maxval, 1), dtype=tf.int64)
+
+
+def _tf_require(condition: Any, message: str, after: list[Any]) -> Any:
+    # A plain Assert with string data needs no tf.cond guard: fewer ops per sample.
+    with tf.control_dependencies(after):
+        return tf.debugging.Assert(condition, [message])
+
+
+TENSORFLOW = Backend(
+    ops=_ring.TENSORFLOW,
+    uniform_integers=_tf_uniform_integers,
+    require=_tf_require,
+    full_inverse=lambda shape, count: tf.fill(shape, tf.cast(1.0 / tf.cast(count, tf.float64), tf.float32)),
+)
+
+
+def _np_require(condition: Any, message: str, after: list[Any]) -> None:
+    if not condition:
+        raise tf.errors.InvalidArgumentError(None, None, message)
+
+
+def numpy_backend(rng: np.random.Generator) -> Backend:
+    """The numpy backend, drawing from `rng`."""
+    return Backend(
+        ops=_ring.NUMPY,
+        uniform_integers=lambda shape, maxval, after: np.asarray(rng.integers(0, maxval, size=shape, dtype=np.int64)),
+        require=_np_require,
+        full_inverse=lambda shape, count: np.full(shape, 1.0 / count, np.float32),
+    )
+
+
+class Sample(NamedTuple):
+    """Drawn windows: frame ids and storage rows `[*batch, num_steps]` (no time axis without num_steps)."""
+
+    ids: Any
+    rows: Any
+    probabilities: Any
+
+
+class Sampler(abc.ABC):
+    """Draws windows of a segmented ring (see `tfbuffers._ring` for the layout).
+
+    Windows never leave a segment, never read past the newest frame nor into an
+    overwritten row: a sampler picks among the windows the counter says are stored.
+    """
+
+    def __init__(self, buffer_name: str, batch_size: int, max_length: int) -> None:
+        """A sampler for a ring of `batch_size` segments of `max_length` rows; errors name `buffer_name`."""
+        self._buffer_name = buffer_name
+        self._batch_size = batch_size
+        self._max_length = max_length
+
+    def _require_windows(self, backend: Backend, added: Any, num_steps: int | None) -> tuple[Any, list[Any]]:
+        """The number of windows of `num_steps` in the ring, and the checks that there is one."""
+        windows = _ring.windows_per_segment(backend.ops, added, self._max_length, num_steps or 1) * self._batch_size
+        checks = [backend.require(added > 0, EMPTY.format(buffer=self._buffer_name), [])]
+        if num_steps is not None and num_steps > 1:
+            message = NOT_ENOUGH_FRAMES.format(buffer=self._buffer_name, num_steps=num_steps)
+            checks = [backend.require(windows > 0, message, checks)]
+        return windows, checks
+
+    def _windows(self, backend: Backend, draws: Any, added: Any, num_steps: int | None) -> tuple[Any, Any]:
+        """Ids and rows of the windows numbered `draws` (see `_ring.window_ids_and_rows`)."""
+        ids, rows = _ring.window_ids_and_rows(
+            backend.ops, draws, added, self._max_length, self._batch_size, num_steps or 1
+        )
+        if num_steps is None:
+            return ids[..., 0], rows[..., 0]
+        return ids, rows
+
+    @abc.abstractmethod
+    def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
+        """Draws `sample_batch_size` windows (one, without a batch axis, for None) of `num_steps` frames.
+
+        Raises (numpy) or fails when run (TensorFlow) with `InvalidArgumentError`
+        if the ring is empty or holds no window of `num_steps` frames.
+        """
+
+
+class UniformSampler(Sampler):
+    """Every stored window equally likely: probability `1 / (windows per segment * batch_size)`."""
+
+    def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
+        """See `Sampler.sample`."""
+        shape = [] if sample_batch_size is None else [sample_batch_size]
+        windows, checks = self._require_windows(backend, added, num_steps)
+        draws = backend.uniform_integers(shape, windows, checks)
+        ids, rows = self._windows(backend, draws, added, num_steps)
+        return Sample(ids, rows, backend.full_inverse(shape, backend.ops.maximum(windows, 1)))

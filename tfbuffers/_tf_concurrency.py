@@ -1,0 +1,135 @@
+"""How threads share a TF buffer: one writer at a time, lock-free readers that check what they read.
+
+Writers (`add_batch`, `clear`, restoring a state; a prioritized buffer's
+priority updates will be writers too) build their graph with `exclusive`, the
+same graph for eager callers (through a compiled `tf.function`) and for graph
+callers (a driver's `tf.while_loop`):
+
+1. Everything that can fail runs first: the writer's inputs are computed and
+   their shapes checked before the lock is tried, so a refused write never
+   holds it.
+2. The lock is `writers`, an int64 variable moved by `ResourceCountUpTo`, which
+   TensorFlow documents as returning the value before its increment, atomically
+   under the variable's mutex. A writer that finds it non-zero undoes its
+   increment and raises `CONCURRENT_WRITERS` before touching storage: graph
+   writers never wait on each other (a waiting lock, `MutexLock` as under
+   `tf.CriticalSection`, costs three times a whole in-graph add here). Eager
+   writers also take a Python lock, so any number of threads may call them.
+3. The write runs, then the lock is released (`AssignSubVariableOp`).
+
+A learner thread that updates priorities while a driver thread adds in a graph
+is a second graph writer: it will retry the lock a bounded number of times
+before refusing (the retry loop costs about a microsecond per write, paid only
+by the writers that need it), and eager calls serialize as they do today.
+
+Readers take no lock (a seqlock): they read `generation` and the counter,
+gather, then read `writers`, the counter and `generation` again. What they
+gathered is whole iff the generation is unchanged and every add it read is at
+least `added' + writers' - max_length`, i.e. no write that began before the
+gather ended overwrote it. Otherwise they read again, at most `READ_ATTEMPTS`
+times, then fail with `READ_BUSY`: no read waits without bound.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+CONCURRENT_WRITERS = (
+    "{buffer}.{name}: another thread is writing to this buffer inside a graph; concurrent graph "
+    "writers are not supported: call add_batch eagerly from each thread (serialized), use one buffer per "
+    "writer, or guard the writers with your own lock"
+)
+READ_ATTEMPTS = 1000
+READ_BUSY = (
+    "{buffer}: no whole read in {attempts} attempts: writes kept overwriting the frames being read; "
+    "sample fewer frames per call or write less often"
+)
+
+_NO_LIMIT = 2**62  # ResourceCountUpTo's limit: never reached, so it never fails
+
+
+class Concurrency:
+    """The writers' lock and the counters lock-free readers check against.
+
+    A plain object, not a `tf.Module`: none of this is checkpointed.
+    """
+
+    def __init__(self, buffer_name: str) -> None:
+        """Creates the variables in the current device and name scope."""
+        self._buffer_name = buffer_name
+        self.eager_lock = threading.Lock()
+        self.writers = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="writers")
+        self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
+
+    def writing(self) -> tf.Tensor:
+        """How many writers hold or are trying the lock (0 at rest)."""
+        return self.writers.read_value()
+
+    def exclusive(self, inputs: Sequence[Any], write: Callable[[], tuple[list[Any], Any]], name: str) -> Any:
+        """Builds `write()` holding the writers' lock, once every tensor in `inputs` is computed.
+
+        Args:
+          inputs: Tensors and ops the write reads or that check its input: the lock
+            is tried only after all of them ran, so a failure there never holds it.
+          write: Returns the ops that must run before the lock is released, and a
+            nest of tensors to return once it is (a caller that ignores them, such
+            as a driver's loop, then does not compute them).
+          name: The method, for `CONCURRENT_WRITERS`.
+
+        Returns:
+          `write()`'s nest, available once the lock is released.
+        """
+        with tf.control_dependencies([x for x in inputs if x is not None]):
+            before = tf.raw_ops.ResourceCountUpTo(resource=self.writers.handle, limit=_NO_LIMIT, T=tf.int64)
+        held = tf.equal(before, 0)
+        undo = self.writers.assign_sub(tf.where(held, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+        message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name)
+        with tf.control_dependencies([undo]):  # undone before the assertion can stop the graph
+            refused = tf.debugging.Assert(held, [message])
+        with tf.control_dependencies([refused]):
+            effects, result = write()
+        with tf.control_dependencies(effects):
+            released = self.writers.assign_sub(tf.constant(1, tf.int64), read_value=False)
+        with tf.control_dependencies([released]):
+            return tf.nest.map_structure(tf.identity, result)
+
+    def checked_read(
+        self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]], added: tf.Variable, max_length: int
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """One attempt of `read()`, and whether no write overlapped it.
+
+        `read` returns its tensors and the oldest add number they hold.
+        """
+        generation = self.generation.read_value()
+        with tf.control_dependencies([generation]):
+            tensors, oldest = read()
+        with tf.control_dependencies(tensors):
+            writing = self.writing()
+        with tf.control_dependencies([writing]):
+            now = added.read_value()
+        with tf.control_dependencies([now]):
+            unchanged = tf.equal(self.generation.read_value(), generation)
+        return tf.logical_and(unchanged, oldest >= now + writing - max_length), tensors
+
+    def read_whole(
+        self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]], added: tf.Variable, max_length: int
+    ) -> list[tf.Tensor]:
+        """`read()`'s tensors, read again (at most `READ_ATTEMPTS` times) until no write overlapped the read."""
+        whole, tensors = self.checked_read(read, added, max_length)
+        whole, retried = tf.while_loop(
+            lambda whole, _: tf.logical_not(whole),
+            lambda whole, _: self.checked_read(read, added, max_length),
+            [whole, tensors],
+            shape_invariants=[whole.shape, [tf.TensorShape([None] * t.shape.rank) for t in tensors]],
+            maximum_iterations=READ_ATTEMPTS - 1,
+        )
+        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS)
+        with tf.control_dependencies([tf.debugging.Assert(whole, [busy])]):
+            retried = [tf.identity(tensor) for tensor in retried]
+        for tensor, first in zip(retried, tensors):
+            tensor.set_shape(first.shape)
+        return retried
