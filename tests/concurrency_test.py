@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,12 +22,10 @@ SECONDS = 2.0
 
 
 def make(kind: str, max_length: int = 4) -> tfbuffers.ReplayBuffer:
-    if kind == "py":
-        return tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=3, max_length=max_length, seed=0)
-    return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=3, max_length=max_length)
+    return conftest.make(kind, stress.SPEC, 3, max_length)
 
 
-@pytest.mark.parametrize("kind", ["py", "tf"])
+@pytest.mark.parametrize("kind", list(conftest.BUFFER_KINDS))
 @pytest.mark.parametrize("clear_every", [None, 0.05])
 def test_eager_writers_and_readers_of_every_kind(kind, clear_every):
     buffer = make(kind)

@@ -6,7 +6,9 @@ so that any returned item can be checked to be whole and to be the right one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -64,9 +66,9 @@ def assert_whole(items: Any) -> np.ndarray:
 
 
 class FunctionWrapped:
-    """A TF buffer whose methods are all called through `tf.function`."""
+    """A buffer whose methods are all called through `tf.function`."""
 
-    def __init__(self, buffer: tfbuffers.TFUniformReplayBuffer) -> None:
+    def __init__(self, buffer: tfbuffers.ReplayBuffer) -> None:
         self.buffer = buffer
         self._add = tf.function(buffer.add_batch)
         self._gather_all = tf.function(buffer.gather_all)
@@ -92,16 +94,52 @@ class FunctionWrapped:
         self._clear()
 
 
-KINDS = ["tf_eager", "tf_function", "py"]
+@dataclasses.dataclass(frozen=True)
+class BufferKind:
+    """One buffer class in the registry every multi-buffer test draws from.
+
+    Attributes:
+      name: Short name used in test ids.
+      make: Builds the buffer from (spec, batch_size, max_length, **options).
+      uniform: Whether it samples uniformly (the contract's uniform-only cases run on it).
+    """
+
+    name: str
+    make: Callable[..., tfbuffers.ReplayBuffer]
+    uniform: bool = True
+
+
+def _make_tf(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+    options.pop("seed", None)  # the TF buffer draws from TensorFlow's global generator
+    return tfbuffers.TFUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+
+
+def _make_py(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+    options.setdefault("seed", 0)
+    return tfbuffers.PyUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+
+
+# A new local buffer joins every contract, cross-check, fuzz, files and concurrency test here.
+BUFFER_KINDS = {
+    "tf": BufferKind("tf", _make_tf),
+    "py": BufferKind("py", _make_py),
+}
+
+# Each buffer kind called eagerly and with every call inside `tf.function`.
+KINDS = [f"{name}_{mode}" for name in BUFFER_KINDS for mode in ("eager", "function")]
+UNIFORM_KINDS = [kind for kind in KINDS if BUFFER_KINDS[kind.rsplit("_", 1)[0]].uniform]
+
+
+def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
+    """A buffer of the registered kind `name` (`"tf"`, `"py"`)."""
+    return BUFFER_KINDS[name].make(spec, batch_size, max_length, **options)
 
 
 def make_buffer(kind: str, batch_size: int = 3, max_length: int = 5, spec: Any = SPEC, **kwargs: Any) -> Any:
-    if kind == "py":
-        return tfbuffers.PyUniformReplayBuffer(
-            spec, batch_size=batch_size, max_length=max_length, seed=kwargs.pop("seed", 0), **kwargs
-        )
-    buffer = tfbuffers.TFUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **kwargs)
-    return FunctionWrapped(buffer) if kind == "tf_function" else buffer
+    """A buffer of `kind` (`"<name>_eager"` or `"<name>_function"`), wrapped so calls run in tf.function."""
+    name, mode = kind.rsplit("_", 1)
+    buffer = make(name, spec, batch_size, max_length, **kwargs)
+    return FunctionWrapped(buffer) if mode == "function" else buffer
 
 
 def underlying(buffer: Any) -> tfbuffers.ReplayBuffer:
@@ -115,5 +153,12 @@ def fill(buffer: Any, num_adds: int, start: int = 0) -> None:
 
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
+    tf.random.set_seed(1234)
+    return request.param
+
+
+@pytest.fixture(params=UNIFORM_KINDS)
+def uniform_kind(request: pytest.FixtureRequest) -> str:
+    """The kinds whose sampling is uniform: the contract's cases that assert uniform probabilities."""
     tf.random.set_seed(1234)
     return request.param

@@ -1,7 +1,8 @@
 """The contract every buffer passes: exact contents, windows, datasets, errors.
 
-Parametrized over every buffer kind (`conftest.KINDS`); the TF buffer runs both
-eagerly and with every call inside `tf.function`.
+Parametrized over every buffer kind (`conftest.BUFFER_KINDS`), each both eagerly
+and with every call inside `tf.function` (`kind`). Cases that assert uniform
+probabilities take `uniform_kind` instead: a prioritized buffer passes all the others.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import assert_whole, batch, code, fill, frames, make_buffer, to_numpy, underlying
+from conftest import SPEC, assert_whole, batch, code, fill, frames, make_buffer, to_numpy, underlying
 
 import tfbuffers
 from tfbuffers import _sampling, specs
@@ -57,7 +58,7 @@ def test_adds_wrap_around(kind):
     assert to_numpy(buffer.add_batch(batch(3, 8))).tolist() == [24, 25, 26]
 
 
-def test_single_frames_are_uniform_over_stored_frames(kind):
+def test_single_frames_come_from_the_stored_frames(kind):
     buffer = make_buffer(kind)
     fill(buffer, 7)  # segments hold adds 2..6
     items, info = buffer.get_next(sample_batch_size=600)
@@ -66,7 +67,20 @@ def test_single_frames_are_uniform_over_stored_frames(kind):
     assert ids.shape == (600,)
     np.testing.assert_array_equal(ids, (codes % 1000) * 3 + codes // 1000)
     assert set(codes.tolist()) == set(stored_codes(3, 2, 6).ravel().tolist())
+    assert to_numpy(info.probabilities).shape == (600,)
+
+
+def test_probabilities_are_uniform_over_stored_windows(uniform_kind):
+    buffer = make_buffer(uniform_kind)
+    fill(buffer, 7)  # 5 frames per segment: 15 frames, 9 windows of 3
+    _, info = buffer.get_next(sample_batch_size=600)
     np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([600], np.float32(1 / 15)))
+    _, info = buffer.get_next(sample_batch_size=500, num_steps=3)
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([500], np.float32(1 / 9)))
+    _, info = buffer.get_next()
+    assert to_numpy(info.probabilities) == np.float32(1 / 15)
+    _, info = next(iter(underlying(buffer).as_dataset(sample_batch_size=4, num_steps=2)))
+    np.testing.assert_array_equal(info.probabilities.numpy(), np.full([4], np.float32(1 / 12)))
 
 
 def test_windows_stay_in_one_segment_and_in_time(kind):
@@ -79,7 +93,6 @@ def test_windows_stay_in_one_segment_and_in_time(kind):
     expected_windows = {(c, c + 1, c + 2) for c in code(np.arange(3)[:, None], np.arange(2, 5)[None, :]).ravel()}
     assert {tuple(w) for w in codes.tolist()} == expected_windows
     np.testing.assert_array_equal(to_numpy(info.ids), (codes % 1000) * 3 + codes // 1000)
-    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([500], np.float32(1 / 9)))
 
 
 def test_window_of_max_length_is_the_whole_segment(kind):
@@ -95,8 +108,7 @@ def test_unbatched_and_unstacked_samples(kind):
     fill(buffer, 4)
     item, info = buffer.get_next()
     assert to_numpy(item)["observation"]["pixels"].shape == (2, 2)
-    assert to_numpy(info.ids).shape == ()
-    assert to_numpy(info.probabilities) == np.float32(1 / 12)
+    assert to_numpy(info.ids).shape == () and to_numpy(info.probabilities).shape == ()
     window, info = buffer.get_next(num_steps=2)
     codes = assert_whole(window)
     assert codes.shape == (2,) and codes[1] == codes[0] + 1
@@ -143,7 +155,6 @@ def test_random_dataset_has_static_specs_and_sees_new_data(kind):
         items, info = next(iterator)
         codes = assert_whole(items)
         assert set((codes % 1000).ravel().tolist()) <= {0, 1}
-        np.testing.assert_array_equal(info.probabilities.numpy(), np.full([4], np.float32(1 / 3)))
     fill(buffer, 5, start=2)  # adds 0 and 1 are overwritten now
     seen = set()
     for _ in range(40):
@@ -419,3 +430,61 @@ def test_list_specs_come_back_as_tuples_from_datasets(kind):
     element, _ = next(iter(underlying(buffer).as_dataset(sample_batch_size=3)))
     assert isinstance(element, tuple)
     np.testing.assert_array_equal(element[1].numpy()[:, 0], element[0].numpy())
+
+
+def test_a_refused_add_inside_a_graph_leaves_the_buffer_working(kind):
+    # Issue 11, bug 1: a batch refused when the graph runs used to keep the writers' lock.
+    buffer = make_buffer(kind, batch_size=2, max_length=3)
+    signature = tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape], s.dtype), SPEC)
+    add = tf.function(underlying(buffer).add_batch, input_signature=[signature])
+    fill(buffer, 3)  # full: gather_all reads the oldest rows, where the next add writes
+    before = to_numpy(buffer.gather_all())
+    for _ in range(2):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="expected leading batch size 2"):
+            add(tf.nest.map_structure(tf.constant, batch(3, 9)))
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], before["step"])
+    assert int(buffer.num_frames()) == 6
+    # The next add, in the same graph and through the buffer's own path, the next read and clear all work.
+    assert to_numpy(add(tf.nest.map_structure(tf.constant, batch(2, 3)))).tolist() == [6, 7]
+    buffer.add_batch(batch(2, 4))
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], stored_codes(2, 2, 4))
+    assert_whole(buffer.get_next(sample_batch_size=8, num_steps=2)[0])
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+
+
+def test_reads_inside_a_graph_run_when_the_graph_runs(kind):
+    # Issue 11, bug 2: the py buffer's reads in a tf.function were frozen at trace time.
+    buffer = underlying(make_buffer(kind, batch_size=2, max_length=3))
+    sample = tf.function(lambda: buffer.get_next(sample_batch_size=64)[0]["step"])
+    num_frames = tf.function(buffer.num_frames)
+    gather_all = tf.function(lambda: buffer.gather_all()["step"])
+    fill(buffer, 1)
+    assert set(to_numpy(sample()).tolist()) == {0, 1000}
+    assert int(num_frames()) == 2
+    fill(buffer, 2, start=5)
+    assert set(to_numpy(sample()).tolist()) == {0, 5, 6, 1000, 1005, 1006}  # 64 draws of 6 frames
+    assert int(num_frames()) == 6
+    np.testing.assert_array_equal(to_numpy(gather_all()), [[0, 5, 6], [1000, 1005, 1006]])
+    tf.function(buffer.clear)()
+    assert int(num_frames()) == 0
+    assert to_numpy(gather_all()).shape == (2, 0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="is empty. Make sure to add items"):
+        sample()
+
+
+def test_stateful_dataset_is_accepted_and_changes_nothing(kind):
+    buffer = underlying(make_buffer(kind, stateful_dataset=True))
+    assert buffer.stateful_dataset is True
+    fill(buffer, 2)
+    plain = underlying(make_buffer(kind))
+    dataset = buffer.as_dataset(sample_batch_size=2)
+    assert dataset.element_spec == plain.as_dataset(sample_batch_size=2).element_spec
+    assert_whole(next(iter(dataset))[0])
+
+
+def test_size_and_len_count_stored_frames(kind):
+    buffer = make_buffer(kind)
+    assert underlying(buffer).size == len(underlying(buffer)) == 0
+    fill(buffer, 7)
+    assert underlying(buffer).size == len(underlying(buffer)) == 15

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,13 +20,11 @@ import tfbuffers
 from tfbuffers import files
 from tfbuffers import testing as stress
 
-KINDS = ["py", "tf"]
+KINDS = list(conftest.BUFFER_KINDS)
 
 
 def make(kind: str, batch_size: int = 2, max_length: int = 3) -> tfbuffers.ReplayBuffer:
-    if kind == "py":
-        return tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length, seed=0)
-    return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
+    return conftest.make(kind, stress.SPEC, batch_size, max_length)
 
 
 def fill(buffer: tfbuffers.ReplayBuffer, first: int, num_adds: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -91,9 +92,7 @@ class BufferMachine(RuleBasedStateMachine):
     kind = ""
 
     def make(self, batch_size: int, max_length: int) -> tfbuffers.ReplayBuffer:
-        if self.kind == "py":
-            return tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length, seed=0)
-        return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
+        return conftest.make(self.kind, stress.SPEC, batch_size, max_length)
 
     @initialize(batch_size=st.integers(1, 3), max_length=st.integers(1, 4))
     def start(self, batch_size: int, max_length: int) -> None:
@@ -183,15 +182,9 @@ class BufferMachine(RuleBasedStateMachine):
         np.testing.assert_array_equal(stress.check_whole(self.buffer.gather_all()), self.model.gather_all())
 
 
-class PyMachine(BufferMachine):
-    kind = "py"
-
-
-class TFMachine(BufferMachine):
-    kind = "tf"
-
-
-TestPyBuffer = PyMachine.TestCase
-TestPyBuffer.settings = FUZZ_SETTINGS
-TestTFBuffer = TFMachine.TestCase
-TestTFBuffer.settings = FUZZ_SETTINGS
+# One machine per registered buffer kind (`conftest.BUFFER_KINDS`).
+for _name in conftest.BUFFER_KINDS:
+    _machine = type(f"{_name.capitalize()}Machine", (BufferMachine,), {"kind": _name})
+    _case = _machine.TestCase
+    _case.settings = FUZZ_SETTINGS
+    globals()[f"Test{_name.capitalize()}Buffer"] = _case

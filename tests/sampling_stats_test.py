@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SPEC, fill
-
-import tfbuffers
 
 BATCH_SIZE, MAX_LENGTH, NUM_ADDS, NUM_STEPS, DRAWS = 4, 10, 13, 3, 32_000
 # Adds 3..12 are stored; windows of 3 start at adds 3..10 of each segment.
@@ -28,13 +27,10 @@ def window_counts(codes: np.ndarray) -> np.ndarray:
     return counts
 
 
-@pytest.mark.parametrize("kind", ["tf", "py"])
+@pytest.mark.parametrize("kind", [name for name, kind in conftest.BUFFER_KINDS.items() if kind.uniform])
 def test_window_starts_are_uniform(kind):
     tf.random.set_seed(20261122)
-    if kind == "tf":
-        buffer = tfbuffers.TFUniformReplayBuffer(SPEC, batch_size=BATCH_SIZE, max_length=MAX_LENGTH)
-    else:
-        buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=BATCH_SIZE, max_length=MAX_LENGTH, seed=20261122)
+    buffer = conftest.make(kind, SPEC, BATCH_SIZE, MAX_LENGTH, seed=20261122)
     fill(buffer, NUM_ADDS)
     items, _ = buffer.get_next(sample_batch_size=DRAWS, num_steps=NUM_STEPS)
     counts = window_counts(np.asarray(items["step"]))

@@ -153,6 +153,10 @@ class StateCheckpoint(tf.__internal__.tracking.Trackable):
         """Checkpoints `buffer` (held weakly: the buffer holds this object)."""
         self._buffer = weakref.ref(buffer)
 
+    def __repr__(self) -> str:
+        buffer = self._buffer()
+        return f"StateCheckpoint({type(buffer).__name__ if buffer is not None else 'collected'})"
+
     def _target(self) -> Any:
         buffer = self._buffer()
         if buffer is None:
