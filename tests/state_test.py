@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tfbuffers
 from tfbuffers import state
 
 KINDS = list(conftest.BUFFER_KINDS)
