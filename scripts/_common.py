@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -18,6 +20,49 @@ BUFFERS = {
     ),
 }
 FILE = "buffer.safetensors"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int > 0, or a message saying what was expected and what was received."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """An argparse type: a float in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def plain_name(text: str) -> str:
+    """An argparse type: a file name without directories (letters, digits, `_`, `.`, `-`; not starting with `.`)."""
+    if not NAME.match(text):
+        raise argparse.ArgumentTypeError(
+            f"expected a plain name (letters, digits, '_', '.', '-', no '/', not starting with '.'), got {text!r}"
+        )
+    return text
 
 
 def make_buffer(kind: str, spec: Any, batch_size: int, max_length: int) -> tfbuffers.ReplayBuffer:

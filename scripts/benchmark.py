@@ -41,11 +41,10 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
 import numpy as np
 import psutil
 import tensorflow as tf
-
-import tfbuffers._quiet  # noqa: F401 (before tf_agents: keeps gym's import notice off stderr)
 
 # isort: split
 from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer

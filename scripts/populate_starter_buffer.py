@@ -2,9 +2,10 @@
 
 Runs --num-runs runs of --steps-per-run driver steps each (the environment is
 reset at the start of every run) with a random or a scripted policy, adds them to
-a tfbuffers buffer through a driver observer, and saves the buffer with
-`tf.train.Checkpoint` in --output-dir/--buffer-name, beside a metadata.json.
-`train_dqn.py --starter-buffer DIR` starts from it.
+a tfbuffers buffer through a driver observer, and saves the buffer as one
+crash-safe file, --output-dir/--buffer-name/buffer.safetensors, whose header holds
+the layout and the run's metadata (policy, environment, runs, frames collected,
+seed). `train_dqn.py --starter-buffer DIR` starts from it.
 
     python scripts/populate_starter_buffer.py --buffer-name cartpole-scripted --policy scripted --num-runs 10
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy, tf_policy
 from tf_agents.trajectories import policy_step
@@ -104,14 +106,25 @@ def populate(
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--buffer-name", required=True, help="name of the buffer's directory under --output-dir")
-    parser.add_argument("--capacity", type=int, default=50_000, help="frames the buffer holds (all segments)")
-    parser.add_argument("--steps-per-run", type=int, default=500, help="driver steps per run (per environment)")
-    parser.add_argument("--num-runs", type=int, default=10, help="runs, each from a reset environment")
+    parser.add_argument(
+        "--buffer-name",
+        required=True,
+        type=_common.plain_name,
+        help="name of the buffer's directory under --output-dir (no '/')",
+    )
+    parser.add_argument(
+        "--capacity", type=_common.positive_int, default=50_000, help="frames the buffer holds (all segments)"
+    )
+    parser.add_argument(
+        "--steps-per-run", type=_common.positive_int, default=500, help="driver steps per run (per environment)"
+    )
+    parser.add_argument("--num-runs", type=_common.positive_int, default=10, help="runs, each from a reset environment")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
     parser.add_argument("--policy", default="random", choices=["random", "scripted"], help="baseline policy")
     parser.add_argument("--buffer", default="tf_uniform", choices=sorted(_common.BUFFERS), help="buffer kind")
-    parser.add_argument("--num-envs", type=int, default=1, help="parallel environments (buffer segments)")
+    parser.add_argument(
+        "--num-envs", type=_common.positive_int, default=1, help="parallel environments (buffer segments)"
+    )
     parser.add_argument("--output-dir", default="out/starter", help="directory that holds starter buffers")
     parser.add_argument("--seed", type=int, default=0, help="seed of TF and the environments")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing buffer of the same name")
@@ -121,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parses the command line, populates, saves and prints where."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.capacity < args.num_envs:
+        parser.error(f"argument --capacity: expected at least --num-envs={args.num_envs}, got {args.capacity}")
     try:
         directory, metadata = populate(
             buffer_name=args.buffer_name,

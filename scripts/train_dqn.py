@@ -22,6 +22,7 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
 import numpy as np
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
@@ -228,27 +229,50 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(_common.BUFFERS),
         help="buffer kind (a starter buffer keeps its own kind and segments)",
     )
-    parser.add_argument("--num-iterations", type=int, default=defaults.num_iterations, help="collect+train iterations")
-    parser.add_argument("--num-envs", type=int, default=defaults.num_envs, help="parallel environments (segments)")
     parser.add_argument(
-        "--initial-collect-frames", type=int, default=defaults.initial_collect_frames, help="random frames first"
+        "--num-iterations", type=_common.positive_int, default=defaults.num_iterations, help="collect+train iterations"
     )
     parser.add_argument(
-        "--collect-steps-per-iteration", type=int, default=defaults.collect_steps_per_iteration, help="driver steps"
+        "--num-envs", type=_common.positive_int, default=defaults.num_envs, help="parallel environments (segments)"
     )
-    parser.add_argument("--replay-capacity", type=int, default=defaults.replay_capacity, help="buffer capacity")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sampled transitions per step")
+    parser.add_argument(
+        "--initial-collect-frames",
+        type=_common.non_negative_int,
+        default=defaults.initial_collect_frames,
+        help="random frames first",
+    )
+    parser.add_argument(
+        "--collect-steps-per-iteration",
+        type=_common.positive_int,
+        default=defaults.collect_steps_per_iteration,
+        help="driver steps",
+    )
+    parser.add_argument(
+        "--replay-capacity", type=_common.positive_int, default=defaults.replay_capacity, help="buffer capacity"
+    )
+    parser.add_argument(
+        "--batch-size", type=_common.positive_int, default=defaults.batch_size, help="sampled transitions per step"
+    )
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="Adam learning rate")
-    parser.add_argument("--gamma", type=float, default=defaults.gamma, help="discount factor")
-    parser.add_argument("--epsilon", type=float, default=defaults.epsilon, help="epsilon-greedy exploration")
+    parser.add_argument("--gamma", type=_common.probability, default=defaults.gamma, help="discount factor")
     parser.add_argument(
-        "--target-update-period", type=int, default=defaults.target_update_period, help="train steps per target sync"
+        "--epsilon", type=_common.probability, default=defaults.epsilon, help="epsilon-greedy exploration"
+    )
+    parser.add_argument(
+        "--target-update-period",
+        type=_common.positive_int,
+        default=defaults.target_update_period,
+        help="train steps per target sync",
     )
     parser.add_argument(
         "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="Q-network hidden layer sizes, e.g. 100,50"
     )
-    parser.add_argument("--eval-interval", type=int, default=defaults.eval_interval, help="iterations between evals")
-    parser.add_argument("--eval-episodes", type=int, default=defaults.eval_episodes, help="episodes per evaluation")
+    parser.add_argument(
+        "--eval-interval", type=_common.positive_int, default=defaults.eval_interval, help="iterations between evals"
+    )
+    parser.add_argument(
+        "--eval-episodes", type=_common.positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of TF, numpy and the environments")
     parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")
     parser.add_argument(
@@ -260,10 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> Config:
     """The command line as a `Config`."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     fields = {field.name for field in dataclasses.fields(Config)}
     values = {key: value for key, value in vars(args).items() if key in fields}
-    values["fc_layers"] = tuple(int(size) for size in args.fc_layers.split(",") if size)
+    try:
+        values["fc_layers"] = tuple(_common.positive_int(size) for size in args.fc_layers.split(","))
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"argument --fc-layers: {error} (sizes separated by commas, e.g. 100,50)")
+    if not args.learning_rate > 0:
+        parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
     values["progress"] = not args.no_progress
     return Config(**values)
 

@@ -133,7 +133,9 @@ def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file(tmp
     rng = random.Random(0)
     kills = interrupted = 0
     last_loaded = 0
-    for _ in range(5):
+    # Five kills, and more (at most 30) until one has landed inside a save: where a kill lands
+    # depends on the machine's speed (3 to 5 of the first 5 on the project's machine).
+    while kills < 5 or (interrupted == 0 and kills < 30):
         process = subprocess.Popen(
             [sys.executable, "-c", SAVER, str(path), str(last_loaded + 1)],
             stdout=subprocess.PIPE,
@@ -162,9 +164,8 @@ def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file(tmp
         assert codes.shape[0] == 4 and codes[0, -1] == round_ * 1_000_000
         assert np.all(np.diff(codes[0]) == 1_000_000) and codes[0, 0] == (last_loaded + 1) * 1_000_000
         last_loaded = round_
-    # Most kills land inside a save (3 to 5 of the 5 in runs on the project's machine): the test
-    # is only worth something if at least one did.
-    assert kills == 5 and interrupted >= 1
+    # The test is only worth something if a kill landed inside a save.
+    assert interrupted >= 1
     # Temporaries of killed saves are removed by the next save.
     files.save(tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=4, max_length=100_000), path)
     assert sorted(pathlib.Path(tmp_path).iterdir()) == [path]

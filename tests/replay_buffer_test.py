@@ -29,5 +29,18 @@ def test_buffer_info_has_tf_agents_fields():
 
 
 def test_public_names():
-    assert sorted(tfbuffers.__all__) == ["BufferInfo", "PyUniformReplayBuffer", "ReplayBuffer", "TFUniformReplayBuffer"]
-    assert all(getattr(tfbuffers, name) is not None for name in tfbuffers.__all__)
+    from tfbuffers import py_uniform_replay_buffer, replay_buffer, state, tf_uniform_replay_buffer
+
+    assert sorted(tfbuffers.__all__) == [
+        "BufferInfo",
+        "BufferState",
+        "PyUniformReplayBuffer",
+        "ReplayBuffer",
+        "TFUniformReplayBuffer",
+    ]
+    # Each name is the object its module defines, not a stand-in.
+    assert tfbuffers.BufferInfo is replay_buffer.BufferInfo
+    assert tfbuffers.BufferState is state.BufferState
+    assert tfbuffers.PyUniformReplayBuffer is py_uniform_replay_buffer.PyUniformReplayBuffer
+    assert tfbuffers.ReplayBuffer is replay_buffer.ReplayBuffer
+    assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer

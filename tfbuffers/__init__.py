@@ -7,10 +7,12 @@ across an in-graph buffer and a numpy buffer.
 
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
+from tfbuffers.state import BufferState
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 __all__ = [
     "BufferInfo",
+    "BufferState",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
     "TFUniformReplayBuffer",

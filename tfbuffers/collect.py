@@ -20,8 +20,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfbuffers import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-
 try:
     from tf_agents.drivers import dynamic_step_driver, py_driver
     from tf_agents.environments import py_environment, tf_environment

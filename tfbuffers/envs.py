@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from tfbuffers import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-
 try:
     import gymnasium
     from tf_agents.environments import batched_py_environment, py_environment, tf_py_environment

@@ -103,6 +103,8 @@ def run(
     num_steps: int = 2,
     clear_every: float | None = None,
     add: Callable[[Any], Any] | None = None,
+    min_operations: int = 0,
+    timeout: float = 600.0,
 ) -> StressReport:
     """Runs writer and reader threads on `buffer` (spec `SPEC`) for `seconds`; checks everything returned.
 
@@ -118,6 +120,10 @@ def run(
         against the ids adds returned, since a clear restarts them.
       add: How writers add a batch, default `buffer.add_batch` (pass `tf.function(buffer.add_batch)`
         for graph adds).
+      min_operations: After `seconds`, the run goes on until every kind of thread that runs
+        (adds, samples, dataset batches, gathers, clears) has completed this many calls, so a
+        test's counts hold on any machine, however slow.
+      timeout: Seconds after which a run still short of `min_operations` raises `StressError`.
 
     Returns:
       A `StressReport`.
@@ -224,6 +230,15 @@ def run(
     for thread in threads:
         thread.start()
     stop.wait(seconds)
+    counts = ["adds"] * bool(writers) + ["samples"] * bool(samplers) + ["dataset_batches"] * bool(dataset_readers)
+    counts += ["gathers"] + ["clears"] * (clear_every is not None)
+    while not stop.is_set() and min(getattr(report, count) for count in counts) < min_operations:
+        if time.perf_counter() - started > timeout:
+            stop.set()
+            for thread in threads:
+                thread.join()
+            raise StressError(f"fewer than {min_operations} of each operation in {timeout} s: {report}")
+        stop.wait(0.05)
     stop.set()
     for thread in threads:
         thread.join()

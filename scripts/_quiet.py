@@ -1,4 +1,8 @@
-"""Imports that would print to the user's terminal on tfbuffers' behalf, made quietly."""
+"""The scripts' first import: keeps gym's import-time notice off their terminal.
+
+The library never redirects a stream; the scripts, whose output is theirs, do
+it once here, before anything imports tf-agents.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,8 @@ def import_gym_quietly() -> None:
     """Imports `gym` with its import-time notice kept off stderr.
 
     tf-agents 0.19 imports `gym` 0.23, which prints that gym is unmaintained and
-    that users should move to gymnasium. tfbuffers' environments are gymnasium's
-    already; the notice, printed because tfbuffers imported tf-agents' environment
-    modules, would only mislead. Import `gym` yourself first to see it.
+    that users should move to gymnasium. The scripts' environments are gymnasium's
+    already, so the notice would only mislead their users.
     """
     if "gym" in sys.modules:
         return
@@ -22,4 +25,4 @@ def import_gym_quietly() -> None:
         import gym  # noqa: F401
 
 
-import_gym_quietly()  # on import: modules that import tf-agents' environments import this module first
+import_gym_quietly()
