@@ -40,7 +40,7 @@ def test_py_policy_and_a_progress_bar_the_caller_owns():
     env = load_gymnasium("Pendulum-v1", seed=2)
     policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=2)
     spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), policy.trajectory_spec)
-    buffer = underlying(make_buffer("py", batch_size=1, max_length=100, spec=spec))
+    buffer = underlying(make_buffer("py_eager", batch_size=1, max_length=100, spec=spec))
     with tqdm(total=30, file=io.StringIO()) as bar:
         added = warm(buffer, env, policy, num_frames=30, progress=bar)
         assert bar.n == added == 30  # no episode ends within 30 Pendulum steps

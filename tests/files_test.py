@@ -169,3 +169,11 @@ def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file(tmp
     # Temporaries of killed saves are removed by the next save.
     files.save(tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=4, max_length=100_000), path)
     assert sorted(pathlib.Path(tmp_path).iterdir()) == [path]
+
+
+def test_without_safetensors_the_import_names_the_extra():
+    code = "import sys; sys.modules['safetensors'] = None\nimport tfbuffers.files"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert "ImportError: tfbuffers.files needs safetensors" in run.stderr
+    assert "pip install 'tfbuffers[files]'" in run.stderr

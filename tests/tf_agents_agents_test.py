@@ -31,6 +31,7 @@ def test_ppo_collects_into_a_buffer_and_trains_on_gather_all(kind):
         actor_net=actor,
         value_net=value,
         num_epochs=1,
+        train_step_counter=tf.Variable(0, dtype=tf.int64),  # not the process-wide global step other tests count
     )
     agent.initialize()
     spec = agent.collect_data_spec

@@ -36,9 +36,11 @@ class Backend(NamedTuple):
     ops: _ring.Ops
     uniform_integers: Callable[[list[int], Any, list[Any]], Any]
     """`(shape, maxval, after)`: integers uniform in `[0, maxval)`, drawn once the `after` checks passed."""
-    require: Callable[[Any, str, list[Any]], Any]
-    """`(condition, message, after)`: raises `InvalidArgumentError(message)` unless `condition`; in TensorFlow
-    it returns the check, which runs after the checks in `after` (so the first failing one is reported)."""
+    require: Callable[[Any, Any], Any]
+    """`(condition, message)`: raises `InvalidArgumentError(message)` unless `condition`; in TensorFlow it
+    returns the check, for `uniform_integers`' `after`."""
+    select: Callable[[Any, str, str], Any]
+    """`(condition, a, b)`: `a` if `condition` else `b` (a string tensor in TensorFlow)."""
     full_inverse: Callable[[list[int], Any], Any]
     """`(shape, count)`: a float32 array of `1 / count` (computed in float64)."""
 
@@ -49,21 +51,21 @@ def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.
         return tf.random.uniform(shape, 0, tf.maximum(maxval, 1), dtype=tf.int64)
 
 
-def _tf_require(condition: Any, message: str, after: list[Any]) -> Any:
+def _tf_require(condition: Any, message: Any) -> Any:
     # A plain Assert with string data needs no tf.cond guard: fewer ops per sample.
-    with tf.control_dependencies(after):
-        return tf.debugging.Assert(condition, [message])
+    return tf.debugging.Assert(condition, [message])
 
 
 TENSORFLOW = Backend(
     ops=_ring.TENSORFLOW,
     uniform_integers=_tf_uniform_integers,
     require=_tf_require,
+    select=lambda condition, a, b: tf.where(condition, a, b),
     full_inverse=lambda shape, count: tf.fill(shape, tf.cast(1.0 / tf.cast(count, tf.float64), tf.float32)),
 )
 
 
-def _np_require(condition: Any, message: str, after: list[Any]) -> None:
+def _np_require(condition: Any, message: Any) -> None:
     if not condition:
         raise tf.errors.InvalidArgumentError(None, None, message)
 
@@ -74,6 +76,7 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         ops=_ring.NUMPY,
         uniform_integers=lambda shape, maxval, after: np.asarray(rng.integers(0, maxval, size=shape, dtype=np.int64)),
         require=_np_require,
+        select=lambda condition, a, b: a if condition else b,
         full_inverse=lambda shape, count: np.full(shape, 1.0 / count, np.float32),
     )
 
@@ -102,11 +105,11 @@ class Sampler(abc.ABC):
     def _require_windows(self, backend: Backend, added: Any, num_steps: int | None) -> tuple[Any, list[Any]]:
         """The number of windows of `num_steps` in the ring, and the checks that there is one."""
         windows = _ring.windows_per_segment(backend.ops, added, self._max_length, num_steps or 1) * self._batch_size
-        checks = [backend.require(added > 0, EMPTY.format(buffer=self._buffer_name), [])]
-        if num_steps is not None and num_steps > 1:
-            message = NOT_ENOUGH_FRAMES.format(buffer=self._buffer_name, num_steps=num_steps)
-            checks = [backend.require(windows > 0, message, checks)]
-        return windows, checks
+        empty = EMPTY.format(buffer=self._buffer_name)
+        if num_steps is None or num_steps == 1:
+            return windows, [backend.require(windows > 0, empty)]
+        too_few = NOT_ENOUGH_FRAMES.format(buffer=self._buffer_name, num_steps=num_steps)
+        return windows, [backend.require(windows > 0, backend.select(added > 0, too_few, empty))]
 
     def _windows(self, backend: Backend, draws: Any, added: Any, num_steps: int | None) -> tuple[Any, Any]:
         """Ids and rows of the windows numbered `draws` (see `_ring.window_ids_and_rows`)."""

@@ -91,20 +91,21 @@ def check_compatible(received: Mapping[str, Any], expected: Mapping[str, Any], s
       source: What is being restored (a path, "checkpoint", "state"), for the message.
       buffer: The buffer's class name, for the message.
     """
-    if received["format"] != expected["format"]:
+    if received.get("format") != expected["format"]:
         raise ValueError(
             FORMAT_MISMATCH.format(
-                source=source, received=received["format"], expected=expected["format"], buffer=buffer
+                source=source, received=received.get("format"), expected=expected["format"], buffer=buffer
             )
         )
+    layout = received.get("layout", {})
     for what, value in expected["layout"].items():
-        if received["layout"].get(what) != value:
+        if layout.get(what) != value:
             raise ValueError(
                 LAYOUT_MISMATCH.format(
-                    source=source, what=what, received=received["layout"].get(what), expected=value, buffer=buffer
+                    source=source, what=what, received=layout.get(what), expected=value, buffer=buffer
                 )
             )
-    got = {path: (dtype, shape) for path, dtype, shape in received["fields"]}
+    got = {path: (dtype, shape) for path, dtype, shape in received.get("fields", [])}
     want = {path: (dtype, shape) for path, dtype, shape in expected["fields"]}
     if got != want:
         differences = []
@@ -141,9 +142,9 @@ class StateCheckpoint(tf.__internal__.tracking.Trackable):
 
     The checkpoint holds the description (`format`), the counters and every array
     under its name: `field:<path>`, `counter:<name>`, `extra:<name>` (with `/`
-    written `%2F`). A restore
-    reads them all, checks the description against the buffer's, and replaces the
-    buffer's contents in one step (`restore_state`), or raises and changes nothing.
+    written `%2F`). A restore reads them all, checks the description against the
+    buffer's, and replaces the buffer's contents in one step (`restore_state`), or
+    raises and changes nothing.
     A checkpoint that lacks a field the buffer has fails in TensorFlow's own
     restore, naming the key. Inside a graph (a SavedModel export traces these
     functions) they run as Python callbacks.
@@ -179,7 +180,8 @@ class StateCheckpoint(tf.__internal__.tracking.Trackable):
             values = [tf.constant(value) for value in _state_values(buffer.state())]
         else:
             dtypes = [tf.as_dtype(value.dtype) for value in _state_values(template)]
-            values = tf.py_function(lambda: [tf.constant(v) for v in _state_values(buffer.state())], [], dtypes)
+            # Through `self`, which holds the buffer weakly: a traced function does not keep it alive.
+            values = tf.py_function(lambda: [tf.constant(v) for v in _state_values(self._target().state())], [], dtypes)
             for value, like in zip(values, _state_values(template)):
                 value.set_shape(like.shape)
         tensors.update(zip(names, values))
@@ -200,7 +202,8 @@ class StateCheckpoint(tf.__internal__.tracking.Trackable):
     def _restore(self, values: Mapping[str, Any]) -> None:
         buffer = self._target()
         template = buffer.state_template()
-        received = json.loads(values[_FORMAT_KEY].decode() if isinstance(values[_FORMAT_KEY], bytes) else "{}")
+        raw = values[_FORMAT_KEY]
+        received = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
         check_compatible(received, template.describe(), "checkpoint", type(buffer).__name__)
 
         def pick(prefix: str, names: Mapping[str, Any]) -> dict[str, Any]:

@@ -54,8 +54,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     `tf.train.Checkpoint` like any `tf.Module`: one consistent state, fields
     matched by nest path (see `tfbuffers.state`).
 
-    Threads: any number may read while others write; writers in graphs take
-    turns or are refused (see `tfbuffers._tf_concurrency`).
+    Threads: any number may read while others write; eager writers take turns;
+    a second writer inside a graph is refused (see `tfbuffers._tf_concurrency`).
 
     Where it differs from TF-Agents 0.19, on purpose:
 
