@@ -6,6 +6,7 @@ import argparse
 import pathlib
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import tfbuffers
@@ -23,26 +24,23 @@ FILE = "buffer.safetensors"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an int > 0, or a message saying what was expected and what was received."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {value}")
-    return value
+def _int_at_least(minimum: int, expected: str) -> Callable[[str], int]:
+    """An argparse type: an int >= `minimum`, or a message saying what was expected and what was received."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An argparse type: an int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
-    return value
+positive_int = _int_at_least(1, "a positive int")
+non_negative_int = _int_at_least(0, "an int >= 0")
 
 
 def probability(text: str) -> float:
