@@ -110,7 +110,7 @@ def soak(
     started = time.perf_counter()
     rounds = max(1, round(minutes * 60 / round_seconds))
     for _ in tqdm(range(rounds), desc=f"soak {kind}", unit="round", disable=not progress):
-        report = stress.run(buffer, seconds=round_seconds, writers=writers, add=add)
+        report = stress.run(buffer, seconds=round_seconds, writers=writers, add=add, min_operations=1)
         for key in COUNTS:
             totals[key] += getattr(report, key)
         threads = report.threads
