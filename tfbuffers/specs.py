@@ -34,6 +34,9 @@ WRONG_FIELDS = "{path}: expected fields {expected}, got {received}"
 WRONG_DTYPE = "{path}: expected dtype {expected}, got {received}"
 WRONG_BATCH_SIZE = "{path}: expected leading batch size {expected}, got {received} (shape {shape})"
 WRONG_SHAPE = "{path}: expected shape {expected}, got {received}"
+# In a graph the received shape is known only when it runs: the assertion appends it.
+WRONG_BATCH_SIZE_IN_GRAPH = "{path}: expected leading batch size {expected}, got shape"
+WRONG_SHAPE_IN_GRAPH = "{path}: expected shape {expected}, got"
 RAGGED_VALUE = "{path}: expected a rectangular array, got ragged nested lists"
 LOSSY_VALUE = "{path}: expected values representable as {expected}, got {received}"
 
@@ -410,16 +413,13 @@ def graph_shape_assertions(deferred: Sequence[DeferredShapeCheck]) -> list[Any]:
         head = tf.concat([shape, tf.fill([rank], tf.constant(-1, tf.int64))], 0)[:rank]
         expected = tf.constant(check.expected, tf.int64)
         batch_ok = tf.reduce_all(tf.equal(head[: check.outer_dims], expected[: check.outer_dims]))
-        batch = WRONG_BATCH_SIZE.format(
-            path=check.path,
-            expected=", ".join(map(str, check.expected[: check.outer_dims])),
-            received="shape",
-            shape="",
-        ).removesuffix(" (shape )")
+        batch = WRONG_BATCH_SIZE_IN_GRAPH.format(
+            path=check.path, expected=", ".join(map(str, check.expected[: check.outer_dims]))
+        )
         batch_checked = tf.debugging.Assert(batch_ok, [batch, shape], summarize=rank + 1)
         with tf.control_dependencies([batch_checked]):
             shape_ok = tf.logical_and(tf.equal(tf.size(shape), rank), tf.reduce_all(tf.equal(head, expected)))
-            message = f"{check.path}: expected shape {_shape_str(check.expected)}, got"
+            message = WRONG_SHAPE_IN_GRAPH.format(path=check.path, expected=_shape_str(check.expected))
             checks.append(tf.debugging.Assert(shape_ok, [message, shape], summarize=rank + 1))
     return checks
 
