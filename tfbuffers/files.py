@@ -89,7 +89,8 @@ def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None =
         "buffer": type(buffer).__name__,
         "batch_size": str(buffer.batch_size),
         "max_length": str(buffer.max_length),
-        "frames": str(int(buffer.num_frames())),
+        # From the snapshot's counter: num_frames() now could count adds made since.
+        "frames": str(min(added, buffer_state.layout["max_length"]) * buffer_state.layout["batch_size"]),
         "fields": json.dumps(buffer_state.describe()["fields"]),
         "metadata": user,
     }
