@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import functools
 import gc
+import importlib.util
 import json
 import os
 import pathlib
@@ -135,6 +136,7 @@ def numpy_batches(workload: Workload, count: int, seed: int = 0) -> list[Any]:
 class System:
     """A buffer implementation under test; unsupported measures return None."""
 
+    requires: tuple[str, ...] = ()  # modules it imports beyond the benchmark's own
     name = ""
     adds = True  # whether it stores anything (the tf.data ceiling does not)
 
@@ -347,6 +349,7 @@ class TFAgentsReverb(System):
     """TF-Agents' Reverb path: ReverbAddTrajectoryObserver per environment, ReverbReplayBuffer."""
 
     name = "TF-Agents Reverb"
+    requires = ("reverb",)
 
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload)
@@ -533,19 +536,36 @@ SYSTEMS: list[type[System]] = [
 ]
 
 
+def available_systems() -> tuple[list[type[System]], dict[str, str]]:
+    """The systems this environment can run, and why each other one is left out."""
+    kept: list[type[System]] = []
+    left_out: dict[str, str] = {}
+    for cls in SYSTEMS:
+        missing = [module for module in cls.requires if importlib.util.find_spec(module) is None]
+        if missing:
+            left_out[cls.name] = (
+                f"needs {', '.join(missing)}, not installed here (dm-reverb has wheels for Python 3.11 and older only)"
+            )
+        else:
+            kept.append(cls)
+    return kept, left_out
+
+
 def _rss() -> int:
     gc.collect()
     return psutil.Process().memory_info().rss
 
 
-def run_workload(workload: Workload, repetitions: int, quick: bool, progress: bool) -> dict[str, Any]:
-    """Builds and fills every system, then runs every measure on each in turn, `repetitions` times."""
+def run_workload(
+    workload: Workload, repetitions: int, quick: bool, progress: bool, classes: list[type[System]]
+) -> dict[str, Any]:
+    """Builds and fills every system of `classes`, then runs every measure on each in turn, `repetitions` times."""
     batches = numpy_batches(workload, 64)
     systems: list[System] = []
     memory: dict[str, dict[str, float | None]] = {}
-    total = workload.frames * len(SYSTEMS)
+    total = workload.frames * len(classes)
     with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
-        for cls in SYSTEMS:
+        for cls in classes:
             before = _rss()
             system = cls(workload)
             system.fill(batches, bar)
@@ -633,7 +653,7 @@ def _fmt(value: float | None) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     """The results as markdown tables: frames/s (median, range) and ratios."""
-    names = [cls.name for cls in SYSTEMS]
+    names = results["systems"]
     lines = []
     for workload_name, result in results["workloads"].items():
         payload = result["workload"]["payload_bytes"]
@@ -670,7 +690,7 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     measures = [m for m in MEASURES if m not in ("save", "load")]
-    names = [cls.name for cls in SYSTEMS]
+    names = results["systems"]
     workloads = list(results["workloads"].items())
     figure, axes = plt.subplots(len(workloads), 1, figsize=(12, 4.5 * len(workloads)), squeeze=False)
     width = 0.8 / len(names)
@@ -723,16 +743,22 @@ def main(argv: list[str] | None = None) -> int:
         "repetitions": repetitions,
         "workloads": {},
     }
+    classes, left_out = available_systems()
+    results["systems"] = [cls.name for cls in classes]
+    results["left_out"] = left_out
+    for name, reason in left_out.items():
+        print(f"Left out {name}: {reason}.")
     started = time.perf_counter()
     for name in args.workloads.split(","):
         workload = WORKLOADS[name]
         if args.quick:
             workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
-        results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress)
+        results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
         results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
     results["seconds"] = time.perf_counter() - started
     table = markdown(results)
-    (output_dir / "results.md").write_text(f"{results['command']}\n\n{results['machine']}\n\n{table}")
+    omitted = "".join(f"Left out {name}: {reason}.\n\n" for name, reason in left_out.items())
+    (output_dir / "results.md").write_text(f"{results['command']}\n\n{results['machine']}\n\n{omitted}{table}")
     (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     plot(results, output_dir / "results.png")
     print(table)

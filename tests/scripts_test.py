@@ -257,3 +257,15 @@ def test_help_prints_no_gym_notice(script):
     )
     assert run.returncode == 0 and "usage:" in run.stdout
     assert "gym" not in run.stderr.lower(), run.stderr[-2000:]
+
+
+def test_the_benchmark_leaves_out_what_cannot_be_imported_and_says_why(monkeypatch):
+    real = benchmark.importlib.util.find_spec
+    monkeypatch.setattr(benchmark.importlib.util, "find_spec", lambda name: None if name == "reverb" else real(name))
+    classes, left_out = benchmark.available_systems()
+    assert [cls.name for cls in classes] == [cls.name for cls in benchmark.SYSTEMS if cls.name != "TF-Agents Reverb"]
+    assert left_out == {
+        "TF-Agents Reverb": "needs reverb, not installed here (dm-reverb has wheels for Python 3.11 and older only)"
+    }
+    monkeypatch.undo()
+    assert benchmark.available_systems() == (benchmark.SYSTEMS, {})  # the pinned stack has everything
