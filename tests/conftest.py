@@ -7,11 +7,16 @@ so that any returned item can be checked to be whole and to be the right one.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TF-Agents 0.19 builds its networks with Keras 2: on TensorFlow 2.16+ that is tf-keras, chosen by this
+# variable before Keras is first used, where tf-keras is installed (TensorFlow 2.15 has Keras 2 anyway).
+if importlib.util.find_spec("tf_keras") is not None:  # with TensorFlow 2.15 the variable would break Keras
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import numpy as np
 import pytest
