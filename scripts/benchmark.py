@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import functools
 import gc
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -715,8 +716,20 @@ def machine() -> str:
     memory = psutil.virtual_memory().total / 2**30
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB; "
-        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, numpy {np.__version__}"
+        f"Python {platform.python_version()}, " + ", ".join(f"{name} {version}" for name, version in stack())
     )
+
+
+def stack() -> list[tuple[str, str]]:
+    """The installed versions of what the benchmark runs on (the pinned and the current stack differ here)."""
+    names = ("tensorflow", "numpy", "tf-agents", "tf-keras", "dm-reverb")
+    versions = []
+    for name in names:
+        try:
+            versions.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append((name, "not installed"))
+    return versions
 
 
 def build_parser() -> argparse.ArgumentParser:

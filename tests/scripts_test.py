@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
 
@@ -26,6 +27,7 @@ train_dqn = load_script("train_dqn")
 populate_starter_buffer = load_script("populate_starter_buffer")
 benchmark = load_script("benchmark")
 soak = load_script("soak")
+tf_agents_examples = load_script("tf_agents_examples")
 
 
 @pytest.mark.parametrize(
@@ -85,6 +87,7 @@ soak = load_script("soak")
                 "--no-progress",
             },
         ),
+        ("tf_agents_examples", {"--buffers", "--root-dir", "--timeout"}),
     ],
 )
 def test_help_documents_every_flag(script, flags, capsys):
@@ -93,10 +96,11 @@ def test_help_documents_every_flag(script, flags, capsys):
         "populate_starter_buffer": populate_starter_buffer,
         "benchmark": benchmark,
         "soak": soak,
+        "tf_agents_examples": tf_agents_examples,
     }
     module = scripts[script]
     parser = module.build_parser()
-    documented = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings[0] != "-h"}
+    documented = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings[:1] not in ([], ["-h"])}
     assert set(documented) == flags
     assert all(documented.values())
     with pytest.raises(SystemExit) as exited:
@@ -184,6 +188,9 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     table = (tmp_path / "results.md").read_text()
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
     assert "### control" in capsys.readouterr().out
+    # Which stack it ran on, in the results and on the results page: the two supported stacks differ in speed.
+    stack = f"Python {sys.version.split()[0]}, tensorflow {tf.__version__}, numpy {np.__version__}, tf-agents 0.19.0"
+    assert stack in results["machine"] and results["machine"] in table
 
 
 @pytest.mark.parametrize(("buffer", "graph_writer"), [("py_uniform", False), ("tf_uniform", True)])
@@ -245,7 +252,7 @@ def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script", ["train_dqn", "populate_starter_buffer", "benchmark"])
+@pytest.mark.parametrize("script", ["train_dqn", "populate_starter_buffer", "benchmark", "tf_agents_examples"])
 def test_help_prints_no_gym_notice(script):
     # gym 0.23 prints an "unmaintained" notice when tf-agents imports it; the scripts keep it off.
     import subprocess
