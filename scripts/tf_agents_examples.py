@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import linecache
 import pathlib
 import re
@@ -126,10 +127,11 @@ BUFFERS = ("tfbuffers", "tf-agents")
 
 
 def program_source(example: Example, buffers: str) -> str:
-    """The example's source from the installed TF-Agents, with the buffer import swapped for `tfbuffers`."""
-    import tf_agents
-
-    path = pathlib.Path(tf_agents.__file__).parent / "agents" / example.path
+    """The example's source, read from the installed TF-Agents; for `buffers='tfbuffers'`, its buffer import swapped."""
+    found = importlib.util.find_spec("tf_agents")
+    if found is None or found.origin is None:
+        raise RuntimeError("tf_agents: expected TF-Agents installed (its example programs are read from it), got none")
+    path = pathlib.Path(found.origin).parent / "agents" / example.path
     source = path.read_text()
     if source.count(IMPORT) != 1:
         raise RuntimeError(f"{path}: expected the line {IMPORT.strip()!r} once, found it {source.count(IMPORT)} times")

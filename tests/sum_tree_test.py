@@ -1,0 +1,177 @@
+"""The sum tree against brute force: cumulative sums over random priorities, zeros and masks included."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfbuffers import _sum_tree as st
+
+
+def random_leaves(rng, capacity, zeros=0.3):
+    leaves = rng.exponential(size=capacity)
+    leaves[rng.random(capacity) < zeros] = 0.0
+    return leaves
+
+
+def unmasked(capacity, start, length):
+    keep = np.ones(capacity, bool)
+    keep[(start + np.arange(length)) % capacity] = False
+    return keep
+
+
+def midpoint_targets(leaves, keep):
+    """For every unmasked leaf above 0, the target in the middle of its interval, and that leaf."""
+    values = np.where(keep, leaves, 0.0)
+    before = np.concatenate([[0.0], np.cumsum(values)[:-1]])
+    drawn = np.flatnonzero(values > 0)
+    return before[drawn] + values[drawn] / 2, drawn
+
+
+def find_numpy(tree, capacity, targets, start=None, length=None):
+    leaf_mask = None if start is None else st.mask(st.NUMPY, tree, capacity, np.int64(start), np.int64(length))
+    return st.find(st.NUMPY, tree, capacity, targets, leaf_mask), st.unmasked_total(st.NUMPY, tree, leaf_mask)
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 7, 8, 100, 1000])
+def test_leaf_count_and_depth(capacity):
+    size = st.leaf_count(capacity)
+    assert size >= capacity and size & (size - 1) == 0 and size < 2 * max(capacity, 1)
+    assert 2 ** st.depth(capacity) == size
+
+
+@pytest.mark.parametrize("capacity", [1, 5, 64, 1000])
+def test_batched_updates_give_the_tree_a_bottom_up_build_gives(capacity):
+    rng = np.random.default_rng(capacity)
+    tree, leaves = st.empty(capacity), np.zeros(capacity)
+    for _ in range(50):
+        index = rng.integers(0, capacity, size=rng.integers(1, 40))
+        values = random_leaves(rng, len(index))
+        st.update_numpy(tree, capacity, index, values)
+        for i, v in zip(index, values):  # a repeated leaf takes its last value
+            leaves[i] = v
+        # Every node is recomputed from its children: bit for bit the tree built from the leaves now.
+        np.testing.assert_array_equal(tree, st.build(leaves, capacity))
+    assert tree[1, st.POSITIVE] == np.count_nonzero(leaves)
+    assert tree[1, st.SUM] == pytest.approx(math.fsum(leaves), rel=1e-14)
+
+
+@pytest.mark.parametrize("capacity", [1, 6, 64, 777])
+def test_find_lands_where_the_cumulative_sum_says(capacity):
+    rng = np.random.default_rng(capacity)
+    leaves = random_leaves(rng, capacity)
+    leaves[rng.integers(capacity)] = 1.0  # at least one above 0
+    tree = st.build(leaves, capacity)
+    targets, expected = midpoint_targets(leaves, np.ones(capacity, bool))
+    found, (total, positive) = find_numpy(tree, capacity, targets)
+    np.testing.assert_array_equal(found, expected)
+    assert positive == np.count_nonzero(leaves) and total == pytest.approx(leaves.sum(), rel=1e-14)
+    # Both ends and beyond: always a leaf above 0, the first one for 0, the last one at or past the total.
+    edges, _ = find_numpy(tree, capacity, np.array([0.0, np.nextafter(total, 0), total, total * 2]))
+    positive_leaves = np.flatnonzero(leaves)
+    assert edges.tolist() == [positive_leaves[0]] + [positive_leaves[-1]] * 3
+
+
+@pytest.mark.parametrize(
+    ("capacity", "start", "length"),
+    [(8, 0, 3), (8, 6, 4), (10, 9, 1), (100, 37, 20), (100, 90, 30), (777, 700, 200), (64, 0, 63)],
+)
+def test_a_masked_range_is_never_drawn_and_the_rest_keep_their_intervals(capacity, start, length):
+    rng = np.random.default_rng(start)
+    leaves = random_leaves(rng, capacity)
+    keep = unmasked(capacity, start, length)
+    leaves[rng.choice(np.flatnonzero(keep))] = 1.0
+    tree = st.build(leaves, capacity)
+    targets, expected = midpoint_targets(leaves, keep)
+    found, (total, positive) = find_numpy(tree, capacity, targets, start, length)
+    np.testing.assert_array_equal(found, expected)
+    assert positive == np.count_nonzero(leaves[keep])
+    assert total == pytest.approx(leaves[keep].sum(), rel=1e-12)
+    # Any target, boundaries and rounding included, lands on an unmasked leaf above 0.
+    anywhere = np.concatenate([rng.random(2000) * total, [0.0, total, np.nextafter(total, np.inf)], targets * 2])
+    found, _ = find_numpy(tree, capacity, anywhere, start, length)
+    assert keep[found].all() and (leaves[found] > 0).all()
+
+
+def test_boundaries_never_reach_a_zero_or_masked_leaf_whatever_the_rounding():
+    # Sums of wildly different magnitudes round: the exact counts still steer every draw to an allowed leaf.
+    rng = np.random.default_rng(0)
+    capacity = 512
+    leaves = np.where(rng.random(capacity) < 0.5, 0.0, 10.0 ** rng.uniform(-300, 300, capacity))
+    tree = st.build(leaves, capacity)
+    for start, length in [(0, 0), (100, 50), (500, 40)]:
+        keep = unmasked(capacity, start, length)
+        total, _ = st.unmasked_total(st.NUMPY, tree, st.mask(st.NUMPY, tree, capacity, start, length))
+        targets = np.concatenate([rng.random(5000), np.linspace(0, 1, 1001)]) * total
+        found, _ = find_numpy(tree, capacity, targets, start, length)
+        assert keep[found].all() and (leaves[found] > 0).all()
+
+
+def test_draws_follow_the_leaves_proportionally():
+    rng = np.random.default_rng(1)
+    capacity = 50
+    leaves = random_leaves(rng, capacity)
+    tree = st.build(leaves, capacity)
+    start, length = 45, 10
+    keep = unmasked(capacity, start, length)
+    leaf_mask = st.mask(st.NUMPY, tree, capacity, start, length)
+    total, _ = st.unmasked_total(st.NUMPY, tree, leaf_mask)
+    draws = 200_000
+    found = st.find(st.NUMPY, tree, capacity, rng.random(draws) * total, leaf_mask)
+    expected = np.where(keep, leaves, 0) / leaves[keep].sum() * draws
+    counts = np.bincount(found, minlength=capacity)
+    assert (counts[expected == 0] == 0).all()
+    chi2 = (((counts - expected) ** 2)[expected > 0] / expected[expected > 0]).sum()
+    dof = np.count_nonzero(expected) - 1
+    assert chi2 < dof + 5 * math.sqrt(2 * dof)  # fixed seed: the statistic is a fixed number
+
+
+def test_a_long_run_accumulates_no_rounding_error():
+    # 100,000 updates of 64 leaves each: the tree equals the tree built from the final leaves, bit for bit.
+    rng = np.random.default_rng(2)
+    capacity = 4096
+    tree, leaves = st.empty(capacity), np.zeros(capacity)
+    for _ in range(100_000 // 64):
+        index = rng.choice(capacity, 64, replace=False)
+        values = 10.0 ** rng.uniform(-8, 8, 64)
+        st.update_numpy(tree, capacity, index, values)
+        leaves[index] = values
+    np.testing.assert_array_equal(tree, st.build(leaves, capacity))
+    assert tree[1, st.SUM] == pytest.approx(math.fsum(leaves), rel=1e-13)
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_the_tensorflow_tree_matches_numpys(in_function):
+    rng = np.random.default_rng(3)
+    capacity = 300
+    tree = st.empty(capacity)
+    variable = tf.Variable(tree)
+
+    def update(index, values):
+        st.update_variable(variable, capacity, index, values)
+
+    def find(targets, start, length):
+        leaf_mask = st.mask(st.TENSORFLOW, variable, capacity, start, length)
+        total = st.unmasked_total(st.TENSORFLOW, variable, leaf_mask)
+        return st.find(st.TENSORFLOW, variable, capacity, targets, leaf_mask), total
+
+    if in_function:
+        update, find = tf.function(update), tf.function(find)
+    for _ in range(20):
+        index = rng.integers(0, capacity, size=50)
+        index[:5] = index[5]  # repeated leaves: the last value wins, as in numpy
+        values = random_leaves(rng, 50)
+        update(tf.constant(index), tf.constant(values))
+        st.update_numpy(tree, capacity, index, values)
+        np.testing.assert_array_equal(variable.numpy(), tree)
+        start, length = int(rng.integers(capacity)), int(rng.integers(0, capacity // 2))
+        targets = (
+            rng.random(1000) * st.unmasked_total(st.NUMPY, tree, st.mask(st.NUMPY, tree, capacity, start, length))[0]
+        )
+        found, total = find(tf.constant(targets), tf.constant(start, tf.int64), tf.constant(length, tf.int64))
+        expected, expected_total = find_numpy(tree, capacity, targets, start, length)
+        np.testing.assert_array_equal(found.numpy(), expected)
+        assert [float(x) for x in total] == [float(x) for x in expected_total]

@@ -1,0 +1,211 @@
+"""A batched sum tree: priority updates and proportional draws in O(log n), written once for numpy and TensorFlow.
+
+The tree is one `[2P, 2]` float64 array (P: the leaf count rounded up to a power
+of two), a complete binary tree in heap order: node 1 is the root, node `i` has
+children `2i` and `2i + 1`, leaf `j` is node `P + j`, node 0 is unused. Column
+`SUM` of a node holds the sum of the leaf values below it, column `POSITIVE`
+how many of those leaves are above 0 (exact: integers in float64).
+
+Updates set leaves, then recompute every ancestor from its two children, level
+by level (`depth` vectorised steps for a whole batch of leaves). A node's sum is
+never adjusted by a difference, so it depends only on the current leaves, not on
+the history of updates: no rounding error accumulates over a long run, and each
+node is within `depth` float64 roundings (about 1e-15 relative) of the exact sum.
+
+A draw descends from the root, one vectorised step per level, towards the leaf
+whose cumulative sum interval holds its target. Leaves can be masked for one
+draw (a contiguous circular range of leaves, such as a ring's newest rows whose
+windows would run past the newest frame): the descent subtracts the masked
+leaves below each node from its sum and count. It steps into a child only if
+that child has an unmasked positive leaf, counted exactly, so whatever the float
+rounding of the sums, a draw always ends on an unmasked leaf above 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+SUM, POSITIVE = 0, 1
+
+
+def leaf_count(capacity: int) -> int:
+    """P: `capacity` rounded up to a power of two (at least 1)."""
+    return 1 << max(capacity - 1, 0).bit_length()
+
+
+def depth(capacity: int) -> int:
+    """The number of levels below the root: log2(P)."""
+    return leaf_count(capacity).bit_length() - 1
+
+
+def empty(capacity: int) -> np.ndarray:
+    """A tree of `capacity` leaves, all 0."""
+    return np.zeros([2 * leaf_count(capacity), 2], np.float64)
+
+
+def build(leaves: np.ndarray, capacity: int) -> np.ndarray:
+    """The tree over `leaves` (`[capacity]` values >= 0), built bottom-up in one pass per level."""
+    size = leaf_count(capacity)
+    tree = empty(capacity)
+    tree[size : size + capacity, SUM] = leaves
+    tree[size : size + capacity, POSITIVE] = leaves > 0
+    while size > 1:
+        tree[size // 2 : size] = tree[size : 2 * size : 2] + tree[size + 1 : 2 * size : 2]
+        size //= 2
+    return tree
+
+
+class Ops(NamedTuple):
+    """The array functions the tree needs, for one backend."""
+
+    gather: Any  # (array, indices) -> array[indices]
+    where: Any
+    minimum: Any
+    maximum: Any
+    arange: Any  # (n) -> int64 [0, n)
+    int64: Any  # (bool or int array) -> int64
+    roots: Any  # (targets) -> int64 ones shaped like the targets: node 1 for each
+    cumsum0: Any  # (values [K, 2]) -> [K + 1, 2]: a row of zeros, then the running sums
+    last_of_each: Any  # (leaves, values) -> each leaf once, with its last value (later updates win)
+
+
+def _np_last_of_each(leaves: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    unique, first_in_reversed = np.unique(leaves[::-1], return_index=True)
+    return unique, values[::-1][first_in_reversed]
+
+
+def _tf_last_of_each(leaves: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    unique, index = tf.unique(leaves)
+    last = tf.math.unsorted_segment_max(tf.range(tf.size(leaves)), index, tf.size(unique))
+    return unique, tf.gather(values, last)
+
+
+NUMPY = Ops(
+    gather=lambda array, indices: array[indices],
+    where=np.where,
+    minimum=np.minimum,
+    maximum=np.maximum,
+    arange=lambda n: np.arange(n, dtype=np.int64),
+    int64=lambda x: np.asarray(x, np.int64),
+    roots=lambda targets: np.ones(np.shape(targets), np.int64),
+    cumsum0=lambda values: np.concatenate([np.zeros([1, 2]), np.cumsum(values, axis=0)]),
+    last_of_each=_np_last_of_each,
+)
+
+TENSORFLOW = Ops(
+    gather=tf.gather,
+    where=tf.where,
+    minimum=tf.minimum,
+    maximum=tf.maximum,
+    arange=lambda n: tf.range(tf.cast(n, tf.int64), dtype=tf.int64),
+    int64=lambda x: tf.cast(x, tf.int64),
+    roots=lambda targets: tf.ones_like(targets, tf.int64),
+    cumsum0=lambda values: tf.concat([tf.zeros([1, 2], tf.float64), tf.cumsum(values, axis=0)], 0),
+    last_of_each=_tf_last_of_each,
+)
+
+
+class Mask(NamedTuple):
+    """Leaves `[start, start + length)` modulo `capacity`, left out of one draw, and their running sums."""
+
+    start: Any
+    length: Any
+    capacity: int
+    running: Any  # [length + 1, 2]: cumsum0 of the masked leaves' (value, positive), in circular order
+
+    def below(self, ops: Ops, low: Any, high: Any) -> Any:
+        """`[..., 2]`: the masked (sum, positive count) among leaves `[low, high)`."""
+        first = ops.minimum(self.length, self.capacity - self.start)  # masked leaves before the wrap
+        # The masked range is [start, start + first) then [0, length - first).
+        begin = ops.minimum(ops.maximum(low - self.start, 0), first)
+        end = ops.minimum(ops.maximum(high - self.start, 0), first)
+        wrapped_begin = first + ops.minimum(ops.maximum(low, 0), self.length - first)
+        wrapped_end = first + ops.minimum(ops.maximum(high, 0), self.length - first)
+        running = self.running
+        return (
+            ops.gather(running, end)
+            - ops.gather(running, begin)
+            + ops.gather(running, wrapped_end)
+            - ops.gather(running, wrapped_begin)
+        )
+
+
+def mask(ops: Ops, tree: Any, capacity: int, start: Any, length: Any) -> Mask:
+    """Masks leaves `[start, start + length)` modulo `capacity` (`0 <= start < capacity`, `length <= capacity`)."""
+    leaves = (start + ops.arange(length)) % capacity
+    values = ops.gather(tree, leaf_count(capacity) + leaves)
+    return Mask(start, length, capacity, ops.cumsum0(values))
+
+
+def unmasked_total(ops: Ops, tree: Any, leaf_mask: Mask | None) -> tuple[Any, Any]:
+    """(sum, positive count) of the unmasked leaves: the root's less the mask's."""
+    root = ops.gather(tree, 1)
+    if leaf_mask is None:
+        return root[SUM], root[POSITIVE]
+    masked = ops.gather(leaf_mask.running, leaf_mask.length)
+    return root[SUM] - masked[SUM], root[POSITIVE] - masked[POSITIVE]
+
+
+def find(ops: Ops, tree: Any, capacity: int, targets: Any, leaf_mask: Mask | None) -> Any:
+    """The leaves whose cumulative-sum intervals (over unmasked leaves) hold `targets`.
+
+    Args:
+      ops: The backend.
+      tree: The tree array (or a tf.Variable).
+      capacity: The leaf count the tree was made for.
+      targets: float64, any shape, each in `[0, unmasked sum)`.
+      leaf_mask: Leaves to leave out, or None.
+
+    Returns:
+      int64 leaf indices shaped like `targets`, each an unmasked leaf above 0,
+      provided one exists (`unmasked_total`'s count > 0).
+    """
+    size = leaf_count(capacity)
+    nodes = ops.roots(targets)
+    remaining = targets
+    span = size
+    for _ in range(depth(capacity)):
+        span //= 2
+        children = ops.gather(tree, 2 * nodes[..., None] + ops.arange(2))  # [..., 2 children, 2 columns]
+        left, right = children[..., 0, :], children[..., 1, :]
+        if leaf_mask is not None:
+            low = (2 * nodes - (size // span)) * span  # the left child's first leaf
+            left = left - leaf_mask.below(ops, low, low + span)
+            right = right - leaf_mask.below(ops, low + span, low + 2 * span)
+        go_right = (right[..., POSITIVE] > 0) & ((left[..., POSITIVE] <= 0) | (remaining >= left[..., SUM]))
+        remaining = ops.where(go_right, ops.maximum(remaining - left[..., SUM], 0.0), remaining)
+        nodes = 2 * nodes + ops.int64(go_right)
+    return nodes - size
+
+
+def update_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray, values: np.ndarray) -> None:
+    """Sets `leaves` (int64, 1-D; a repeated leaf takes its last value) to `values` (float64 >= 0), in place."""
+    leaves, values = NUMPY.last_of_each(leaves, values)
+    nodes = leaf_count(capacity) + leaves
+    tree[nodes, SUM] = values
+    tree[nodes, POSITIVE] = values > 0
+    for _ in range(depth(capacity)):
+        nodes = nodes // 2
+        tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
+
+
+def update_variable(
+    tree: tf.Variable, capacity: int, leaves: tf.Tensor, values: tf.Tensor, *, distinct: bool = False
+) -> tf.Operation:
+    """As `update_numpy`, on a `[2P, 2]` float64 variable: one scatter for the leaves, one per level above.
+
+    `distinct=True` skips making repeated leaves take their last value (for leaves known distinct).
+    """
+    if not distinct:
+        leaves, values = TENSORFLOW.last_of_each(leaves, values)
+    nodes = leaf_count(capacity) + leaves
+    update = tree.scatter_nd_update(nodes[:, None], tf.stack([values, tf.cast(values > 0, tf.float64)], -1))
+    for _ in range(depth(capacity)):
+        nodes = nodes // 2
+        with tf.control_dependencies([update]):
+            children = tf.gather(tree, tf.stack([2 * nodes, 2 * nodes + 1], -1))
+        update = tree.scatter_nd_update(nodes[:, None], tf.reduce_sum(children, 1))
+    return update
