@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
+import tfbuffers.state
 
 SPEC = {
     "observation": {
@@ -107,11 +108,13 @@ class BufferKind:
       name: Short name used in test ids.
       make: Builds the buffer from (spec, batch_size, max_length, **options).
       uniform: Whether it samples uniformly (the contract's uniform-only cases run on it).
+      state_format: Its `BufferState.format`: states, checkpoints and files restore across kinds of one format.
     """
 
     name: str
     make: Callable[..., tfbuffers.ReplayBuffer]
     uniform: bool = True
+    state_format: str = tfbuffers.state.SEGMENTED
 
 
 def _make_tf(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
@@ -124,11 +127,33 @@ def _make_py(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfb
     return tfbuffers.PyUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
 
 
+def _make_py_prioritized(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+    options.setdefault("seed", 0)
+    return tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+
+
 # A new local buffer joins every contract, cross-check, fuzz, files and concurrency test here.
 BUFFER_KINDS = {
     "tf": BufferKind("tf", _make_tf),
     "py": BufferKind("py", _make_py),
+    "py_prioritized": BufferKind(
+        "py_prioritized", _make_py_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
+    ),
 }
+# (source, target) kinds whose states restore into each other: a TF buffer's into a py buffer and back.
+RESTORABLE = [
+    (source, target)
+    for source in BUFFER_KINDS
+    for target in BUFFER_KINDS
+    if BUFFER_KINDS[source].state_format == BUFFER_KINDS[target].state_format
+]
+# (source, target) kinds of different formats: every restore between them is refused.
+UNRESTORABLE = [
+    (source, target)
+    for source in BUFFER_KINDS
+    for target in BUFFER_KINDS
+    if BUFFER_KINDS[source].state_format != BUFFER_KINDS[target].state_format
+]
 
 # Each buffer kind called eagerly and with every call inside `tf.function`.
 KINDS = [f"{name}_{mode}" for name in BUFFER_KINDS for mode in ("eager", "function")]
@@ -136,7 +161,7 @@ UNIFORM_KINDS = [kind for kind in KINDS if BUFFER_KINDS[kind.rsplit("_", 1)[0]].
 
 
 def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
-    """A buffer of the registered kind `name` (`"tf"`, `"py"`)."""
+    """A buffer of the registered kind `name` (`"tf"`, `"py"`, `"py_prioritized"`)."""
     return BUFFER_KINDS[name].make(spec, batch_size, max_length, **options)
 
 

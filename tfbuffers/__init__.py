@@ -5,6 +5,8 @@ keep every sampled window inside one environment's segment, and share one API
 across an in-graph buffer and a numpy buffer.
 """
 
+from tfbuffers.prioritized import importance_weights
+from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
 from tfbuffers.state import BufferState
@@ -13,9 +15,11 @@ from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 __all__ = [
     "BufferInfo",
     "BufferState",
+    "PyPrioritizedReplayBuffer",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
     "TFUniformReplayBuffer",
+    "importance_weights",
 ]
 
 __version__ = "0.1.0"

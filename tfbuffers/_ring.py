@@ -120,6 +120,13 @@ def rows_of_ids(ids: Any, max_length: int, batch_size: int) -> Any:
     return ((ids // batch_size) % max_length) * batch_size + ids % batch_size
 
 
+def ids_of_rows(ops: Ops, rows: Any, added: Any, max_length: int, batch_size: int) -> Any:
+    """Ids of the frames stored at `rows` (the inverse of `rows_of_ids` over stored frames)."""
+    first = oldest_add(ops, added, max_length)
+    adds = first + (rows // batch_size - first % max_length) % max_length
+    return adds * batch_size + rows % batch_size
+
+
 def chronological_ids(ops: Ops, added: Any, max_length: int, batch_size: int) -> Any:
     """Ids of every stored frame, `[batch_size, frames_per_segment]`, oldest first."""
     adds = oldest_add(ops, added, max_length) + ops.arange(frames_per_segment(ops, added, max_length))

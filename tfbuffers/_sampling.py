@@ -21,9 +21,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring
+from tfbuffers import _ring, _sum_tree
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
+NO_PRIORITY = (
+    "{buffer}: every window that can be drawn has priority 0. A priority of 0 means never drawn: "
+    "give some stored frame a priority above 0 with update_priorities, or add frames."
+)
 NOT_ENOUGH_FRAMES = (
     "num_steps: expected at most the frames one segment holds, got {num_steps}: {buffer} holds fewer than "
     "{num_steps} frame(s) per segment so far. Add items before sampling windows of {num_steps}."
@@ -43,6 +47,11 @@ class Backend(NamedTuple):
     """`(condition, a, b)`: `a` if `condition` else `b` (a string tensor in TensorFlow)."""
     full_inverse: Callable[[list[int], Any], Any]
     """`(shape, count)`: a float32 array of `1 / count` (computed in float64)."""
+    uniform_floats: Callable[[list[int], list[Any]], Any]
+    """`(shape, after)`: float64 uniform in `[0, 1)`, drawn once the `after` checks passed."""
+    tree: _sum_tree.Ops
+    """The sum tree's functions on this backend."""
+    float32: Callable[[Any], Any]
 
 
 def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.Tensor:
@@ -56,12 +65,20 @@ def _tf_require(condition: Any, message: Any) -> Any:
     return tf.debugging.Assert(condition, [message])
 
 
+def _tf_uniform_floats(shape: list[int], after: list[Any]) -> tf.Tensor:
+    with tf.control_dependencies(after):
+        return tf.random.uniform(shape, dtype=tf.float64)
+
+
 TENSORFLOW = Backend(
     ops=_ring.TENSORFLOW,
     uniform_integers=_tf_uniform_integers,
     require=_tf_require,
     select=lambda condition, a, b: tf.where(condition, a, b),
     full_inverse=lambda shape, count: tf.fill(shape, tf.cast(1.0 / tf.cast(count, tf.float64), tf.float32)),
+    uniform_floats=_tf_uniform_floats,
+    tree=_sum_tree.TENSORFLOW,
+    float32=lambda x: tf.cast(x, tf.float32),
 )
 
 
@@ -78,6 +95,9 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         require=_np_require,
         select=lambda condition, a, b: a if condition else b,
         full_inverse=lambda shape, count: np.full(shape, 1.0 / count, np.float32),
+        uniform_floats=lambda shape, after: rng.random(shape),
+        tree=_sum_tree.NUMPY,
+        float32=lambda x: np.asarray(x, np.float32),
     )
 
 
@@ -139,3 +159,43 @@ class UniformSampler(Sampler):
         draws = backend.uniform_integers(shape, windows, checks)
         ids, rows = self._windows(backend, draws, added, num_steps)
         return Sample(ids, rows, backend.full_inverse(shape, backend.ops.maximum(windows, 1)))
+
+
+class PrioritizedSampler(Sampler):
+    """Windows drawn with probability proportional to their first frame's weight in a sum tree.
+
+    The tree's leaves are the ring's rows (a frame's weight is `priority ** alpha`,
+    0 for priority 0, set by the buffer). Windows of `num_steps` never start in the
+    newest `num_steps - 1` adds of a segment (they would run past the newest frame):
+    those rows are masked out of each draw, so the probabilities are exact over
+    the windows that can be drawn. Rows not written since the last clear weigh 0.
+    """
+
+    def __init__(self, buffer_name: str, batch_size: int, max_length: int, tree: Callable[[], Any]) -> None:
+        """As `Sampler`; `tree()` returns the buffer's current tree (an array, or a variable in TensorFlow)."""
+        super().__init__(buffer_name, batch_size, max_length)
+        self._tree = tree
+
+    def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
+        """See `Sampler.sample`. Also fails if every window that can be drawn has priority 0."""
+        shape = [] if sample_batch_size is None else [sample_batch_size]
+        _, checks = self._require_windows(backend, added, num_steps)
+        tree, capacity = self._tree(), self._batch_size * self._max_length
+        newest = backend.ops.minimum((num_steps or 1) - 1, added)  # adds whose windows would run past the newest
+        masked_rows = _ring.block_start(added - newest, self._max_length, self._batch_size)
+        leaf_mask = (
+            None
+            if (num_steps or 1) == 1
+            else _sum_tree.mask(backend.tree, tree, capacity, masked_rows, newest * self._batch_size)
+        )
+        total, positive = _sum_tree.unmasked_total(backend.tree, tree, leaf_mask)
+        checks.append(backend.require(positive > 0, NO_PRIORITY.format(buffer=self._buffer_name)))
+        targets = backend.uniform_floats(shape, checks) * total
+        rows = _sum_tree.find(backend.tree, tree, capacity, targets, leaf_mask)
+        weights = backend.tree.gather(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
+        first = _ring.ids_of_rows(backend.ops, rows, added, self._max_length, self._batch_size)
+        ids = first[..., None] + backend.ops.arange(num_steps or 1) * self._batch_size
+        rows = _ring.rows_of_ids(ids, self._max_length, self._batch_size)
+        if num_steps is None:
+            ids, rows = ids[..., 0], rows[..., 0]
+        return Sample(ids, rows, backend.float32(weights / total))

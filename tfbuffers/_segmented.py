@@ -102,11 +102,12 @@ class SegmentedReplayBuffer(ReplayBuffer):
         overlapped the read.
         """
         self._check_open()
-        added, arrays = self._snapshot()
+        added, arrays, extras = self._snapshot()
         return dataclasses.replace(
             self.state_template(),
             counters={ADDED: int(added)},
             arrays={field.path: array for field, array in zip(self._fields, arrays)},
+            extras=extras,
         )
 
     def restore_state(self, buffer_state: state_lib.BufferState, *, source: str = "state") -> None:
@@ -127,25 +128,21 @@ class SegmentedReplayBuffer(ReplayBuffer):
         template = self.state_template()
         name = type(self).__name__
         state_lib.check_compatible(buffer_state.describe(), template.describe(), source, name)
-        arrays = []
-        for field in self._fields:
-            array = np.asarray(buffer_state.arrays[field.path])
-            expected = template.arrays[field.path]
-            if array.shape != expected.shape or array.dtype != expected.dtype:
-                raise ValueError(
-                    state_lib.ARRAY_MISMATCH.format(
-                        source=source,
-                        name=field.path,
-                        received=f"{array.shape} {array.dtype}",
-                        expected=f"{expected.shape} {expected.dtype}",
-                        buffer=name,
-                    )
-                )
-            arrays.append(array)
+        arrays = [
+            _checked_array(buffer_state.arrays, template.arrays, field.path, source, name) for field in self._fields
+        ]
+        extras = {
+            extra: _checked_array(buffer_state.extras, template.extras, extra, source, name)
+            for extra in template.extras
+        }
         added = buffer_state.counters.get(ADDED)
         if not isinstance(added, int | np.integer) or added < 0:
             raise ValueError(f"{source}: counter {ADDED}: expected an int >= 0, got {added!r}")
-        self._restore(int(added), arrays)
+        self._check_extras(extras, source)
+        self._restore(int(added), arrays, extras)
+
+    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        """Raises a ValueError if the extras' values (shapes and dtypes already checked) are invalid."""
 
     # Datasets.
 
@@ -185,12 +182,12 @@ class SegmentedReplayBuffer(ReplayBuffer):
     # Storage hooks.
 
     @abc.abstractmethod
-    def _snapshot(self) -> tuple[int, list[Any]]:
-        """(add counter, one `[capacity, *shape]` numpy array per field): one consistent moment."""
+    def _snapshot(self) -> tuple[int, list[Any], dict[str, np.ndarray]]:
+        """(add counter, one `[capacity, *shape]` numpy array per field, extras by name): one consistent moment."""
 
     @abc.abstractmethod
-    def _restore(self, added: int, arrays: list[Any]) -> None:
-        """Replaces the contents and counter by a checked snapshot's, at once for other threads."""
+    def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
+        """Replaces the contents, counter and extras by a checked snapshot's, at once for other threads."""
 
     @abc.abstractmethod
     def _added_tensor(self) -> tf.Tensor:
@@ -205,3 +202,22 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""
+
+
+def _checked_array(received: Any, expected: Any, name: str, source: str, buffer: str) -> np.ndarray:
+    """`received[name]` as an array, if it has the shape and dtype of `expected[name]`; else a ValueError."""
+    like = expected[name]
+    if name not in received:
+        raise ValueError(f"{source}: {name}: missing; this {buffer} stores {like.shape} {like.dtype}")
+    array = np.asarray(received[name])
+    if array.shape != like.shape or array.dtype != like.dtype:
+        raise ValueError(
+            state_lib.ARRAY_MISMATCH.format(
+                source=source,
+                name=name,
+                received=f"{array.shape} {array.dtype}",
+                expected=f"{like.shape} {like.dtype}",
+                buffer=buffer,
+            )
+        )
+    return array

@@ -50,6 +50,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 FORMAT = "tfbuffers.segmented/1"
 ADDED = "added"
 FIELD_PREFIX = "field/"
+EXTRA_PREFIX = "extra/"
 
 NOT_A_BUFFER_FILE = "{path}: expected a tfbuffers buffer file ({format}), got {received}"
 NOT_JSON = "metadata: expected a JSON-serialisable dict, got {received}"
@@ -63,7 +64,7 @@ def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None =
     until no add overlapped the read).
 
     Args:
-      buffer: A `TFUniformReplayBuffer` or `PyUniformReplayBuffer`.
+      buffer: A local tfbuffers buffer (uniform or prioritized, TF or py).
       path: The file to write; its directory is created if needed.
       metadata: A JSON-serialisable dict stored in the header, returned by `load`.
 
@@ -83,9 +84,11 @@ def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None =
     buffer_state = buffer.state()
     added = buffer_state.counters[ADDED]
     tensors = {ADDED: np.array([added], np.int64)}
-    tensors.update({FIELD_PREFIX + path: np.ascontiguousarray(a) for path, a in buffer_state.arrays.items()})
+    tensors.update({FIELD_PREFIX + path: np.asarray(a, order="C") for path, a in buffer_state.arrays.items()})
+    tensors.update({EXTRA_PREFIX + name: np.asarray(a, order="C") for name, a in buffer_state.extras.items()})
     header = {
         "format": FORMAT,
+        "state": buffer_state.format,
         "buffer": type(buffer).__name__,
         "batch_size": str(buffer.batch_size),
         "max_length": str(buffer.max_length),
@@ -117,7 +120,7 @@ def save(buffer: Any, path: str | os.PathLike, metadata: dict[str, Any] | None =
 
 
 def read_header(path: str | os.PathLike) -> dict[str, Any]:
-    """The description `save` wrote: buffer kind, batch_size, max_length, frames, fields and metadata.
+    """The description `save` wrote: buffer kind, state format, batch_size, max_length, frames, fields, metadata.
 
     Raises:
       FileNotFoundError: If there is no file at `path`.
@@ -136,6 +139,8 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(NOT_A_BUFFER_FILE.format(path=path, format=FORMAT, received=received))
     return {
         "buffer": header["buffer"],
+        # Files written before prioritized buffers existed hold uniform buffers' states.
+        "state": header.get("state", state.SEGMENTED),
         "batch_size": int(header["batch_size"]),
         "max_length": int(header["max_length"]),
         "frames": int(header["frames"]),
@@ -147,8 +152,10 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
 def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
     """Replaces `buffer`'s contents with the file's; returns the metadata given to `save`.
 
-    The buffer must have the file's batch_size, max_length and fields (paths,
-    dtypes, shapes); its kind may differ. Nothing is changed if they do not match.
+    The buffer must have the file's state format (uniform or prioritized: a
+    prioritized buffer's file holds its priorities), batch_size, max_length and
+    fields (paths, dtypes, shapes); its kind (TF or py) may differ. Nothing is
+    changed if they do not match.
 
     Raises:
       FileNotFoundError: If there is no file at `path`.
@@ -158,7 +165,7 @@ def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
     header = read_header(path)
     template = buffer.state_template()
     received = {
-        "format": template.format,  # the file format is checked by read_header
+        "format": header["state"],
         "layout": {"batch_size": header["batch_size"], "max_length": header["max_length"]},
         "fields": header["fields"],
     }
@@ -166,7 +173,9 @@ def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
     with safetensors.safe_open(str(path), framework="np") as opened:
         added = int(opened.get_tensor(ADDED)[0])
         arrays = {field.path: opened.get_tensor(FIELD_PREFIX + field.path) for field in buffer.fields}
-    buffer.restore_state(dataclasses.replace(template, counters={ADDED: added}, arrays=arrays), source=str(path))
+        extras = {name: opened.get_tensor(EXTRA_PREFIX + name) for name in template.extras}
+    restored = dataclasses.replace(template, counters={ADDED: added}, arrays=arrays, extras=extras)
+    buffer.restore_state(restored, source=str(path))
     return header["metadata"]
 
 

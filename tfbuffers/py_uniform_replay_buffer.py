@@ -150,6 +150,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             added = self._table.added
             self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
             self._table.added = added + 1
+            self._stored_locked(added)
         return added * self._batch_size + self._segments
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
@@ -204,21 +205,39 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         with self._lock:
             self._check_open()
             self._table.added = 0
+            self._cleared_locked()
         return np.int64(0)
 
     def _close(self) -> None:
         with self._lock:
             self._table.arrays = []
 
-    def _snapshot(self) -> tuple[int, list[np.ndarray]]:
+    def _snapshot(self) -> tuple[int, list[np.ndarray], dict[str, np.ndarray]]:
         with self._lock:
-            return self._table.added, [array.copy() for array in self._table.arrays]
+            return self._table.added, [array.copy() for array in self._table.arrays], self._extras_locked()
 
-    def _restore(self, added: int, arrays: list[Any]) -> None:
+    def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         with self._lock:
             for array, value in zip(self._table.arrays, arrays):
                 np.copyto(array, value)
             self._table.added = added
+            self._restore_extras_locked(extras)
+
+    # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).
+    # Each runs under the lock, in the same step as the rows and counter it goes with.
+
+    def _stored_locked(self, added: int) -> None:
+        """Add number `added` was just written."""
+
+    def _cleared_locked(self) -> None:
+        """The buffer was just cleared."""
+
+    def _extras_locked(self) -> dict[str, np.ndarray]:
+        """Copies of the extra arrays of the state (see `state_template`)."""
+        return {}
+
+    def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
+        """Replaces the extra arrays by a checked state's."""
 
     # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the
     # functions given to numpy_function in a global registry for as long as it pleases, so

@@ -41,6 +41,8 @@ from tfbuffers.specs import Field
 
 SEGMENTED = "tfbuffers.segmented/1"
 """`batch_size` rings of `max_length` rows, time-major (see `tfbuffers._ring`); counter `added`."""
+PRIORITIZED = "tfbuffers.prioritized/1"
+"""`SEGMENTED`, plus extras `priority` (`[capacity]` float64) and `max_priority` (a float64 scalar)."""
 
 FORMAT_MISMATCH = "{source}: format: holds {received}, this {buffer} stores {expected}"
 LAYOUT_MISMATCH = "{source}: {what}: holds {received}, this {buffer} expects {expected}"
@@ -53,12 +55,12 @@ class BufferState:
     """One consistent moment of a buffer's contents.
 
     Attributes:
-      format: What the arrays mean (`SEGMENTED` for the uniform buffers).
+      format: What the arrays mean (`SEGMENTED` for the uniform buffers, `PRIORITIZED` for the prioritized).
       layout: The sizes that fix the arrays' shapes (`batch_size`, `max_length`).
       fields: One `Field(path, spec)` per leaf of the data spec.
       counters: Named integers (`added`: adds since the last clear).
       arrays: Each field's storage, `[capacity, *spec.shape]`, by field path.
-      extras: Arrays a buffer kind keeps beside its fields, by name (none yet).
+      extras: Arrays a buffer kind keeps beside its fields, by name (a prioritized buffer's priorities).
     """
 
     format: str

@@ -79,6 +79,7 @@ class StressReport:
     dataset_batches: int = 0
     gathers: int = 0
     clears: int = 0
+    priority_updates: int = 0
     frames_checked: int = 0
 
     @property
@@ -89,7 +90,7 @@ class StressReport:
     @property
     def operations(self) -> int:
         """All calls on the buffer."""
-        return self.adds + self.samples + self.dataset_batches + self.gathers + self.clears
+        return self.adds + self.samples + self.dataset_batches + self.gathers + self.clears + self.priority_updates
 
 
 def run(
@@ -112,7 +113,8 @@ def run(
       buffer: An empty buffer whose `data_spec` is `SPEC`.
       seconds: How long the threads run (the run ends once each thread's last call returns).
       writers: Threads calling `add`.
-      samplers: Threads calling `get_next(sample_batch_size, num_steps)`.
+      samplers: Threads calling `get_next(sample_batch_size, num_steps)`; on a prioritized buffer each
+        sample is followed by `update_priorities` of its windows' first frames, racing the writers.
       dataset_readers: Threads iterating `as_dataset(sample_batch_size, num_steps, num_parallel_calls=2)`.
       sample_batch_size: Samples per call.
       num_steps: Window length.
@@ -134,6 +136,7 @@ def run(
       Exception: The first error any thread raised.
     """
     add = add or buffer.add_batch
+    prioritized = hasattr(buffer, "update_priorities")
     batch_size = buffer.batch_size
     counter = itertools.count()
     written: dict[int, int] = {}  # code -> id its add returned; -1 until the add returns
@@ -187,6 +190,21 @@ def run(
                 return
             raise
         check(items, info.ids)
+        if prioritized:
+            update_priorities(np.asarray(info.ids))
+
+    def update_priorities(ids: np.ndarray) -> None:
+        # As a learner does: the windows' first frames get new priorities (above 0, so the buffer stays
+        # sampleable), while writers overwrite rows and the tree. Ids of frames overwritten since are skipped.
+        first = ids[..., 0] if ids.ndim > 1 else ids
+        try:
+            buffer.update_priorities(first, (first % 7 + 1).astype(np.float64))
+        except ValueError as error:
+            if clear_every is not None and "stored since the last clear" in str(error):
+                return  # the ids were drawn before a clear restarted them
+            raise
+        with lock:
+            report.priority_updates += 1
 
     def read_dataset() -> None:
         while not stop.is_set():
@@ -231,7 +249,9 @@ def run(
         thread.start()
     stop.wait(seconds)
     counts = ["adds"] * bool(writers) + ["samples"] * bool(samplers) + ["dataset_batches"] * bool(dataset_readers)
-    counts += ["gathers"] + ["clears"] * (clear_every is not None)
+    counts += (
+        ["gathers"] + ["clears"] * (clear_every is not None) + ["priority_updates"] * (prioritized and samplers > 0)
+    )
     while not stop.is_set() and min(getattr(report, count) for count in counts) < min_operations:
         if time.perf_counter() - started > timeout:
             stop.set()

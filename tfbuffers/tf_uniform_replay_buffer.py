@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _ring, _sampling, specs
@@ -268,12 +269,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         # making buffers in a loop grows (by about half of each 32 MB buffer, measured).
         gc.collect()
 
-    def _snapshot(self) -> tuple[int, list[Any]]:
+    def _snapshot(self) -> tuple[int, list[Any], dict[str, np.ndarray]]:
         for _ in range(SNAPSHOT_ATTEMPTS):
             # Eager writers wait; graph writers are checked for.
             whole, added, values = self._locked(self._snapshot_tensors)
             if whole:
-                return int(added), [value.numpy() for value in values]
+                return int(added), [value.numpy() for value in values], {}
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
@@ -290,7 +291,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             whole, tensors = self._concurrency.checked_read(read, self._added, self._max_length)
             return whole, tensors[0], tensors[1:]
 
-    def _restore(self, added: int, arrays: list[Any]) -> None:
+    def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         values = [tf.convert_to_tensor(array) for array in arrays]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
 

@@ -1,0 +1,261 @@
+"""Prioritized buffers: exact probabilities, update_priorities and its refusals, frequencies, weights.
+
+Every prioritized kind of `conftest.BUFFER_KINDS` runs these, eagerly and with
+every call inside `tf.function`; the contract suite covers what they share with
+the uniform buffers.
+"""
+
+from __future__ import annotations
+
+import conftest
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import SPEC, fill
+
+import tfbuffers
+from tfbuffers import prioritized
+
+NAMES = [name for name, kind in conftest.BUFFER_KINDS.items() if not kind.uniform]
+MODES = ["eager", "function"]
+BATCH_SIZE, MAX_LENGTH = 2, 4
+
+
+def make(name, mode="eager", priority_exponent=0.5, **options):
+    buffer = conftest.make(name, SPEC, BATCH_SIZE, MAX_LENGTH, priority_exponent=priority_exponent, **options)
+    return Wrapped(buffer) if mode == "function" else buffer
+
+
+class Wrapped(conftest.FunctionWrapped):
+    """Also calls `update_priorities` through `tf.function`."""
+
+    def __init__(self, buffer):
+        super().__init__(buffer)
+        self._update = tf.function(buffer.update_priorities)
+
+    def update_priorities(self, ids, priorities):
+        return self._update(tf.constant(ids), tf.constant(priorities, tf.float64))
+
+
+def ids_of(add, segment):
+    return np.asarray(add) * BATCH_SIZE + np.asarray(segment)
+
+
+def priorities_of(buffer, ids):
+    """The stored priorities of frames `ids`, read from the buffer's state."""
+    rows = ((np.asarray(ids) // BATCH_SIZE) % MAX_LENGTH) * BATCH_SIZE + np.asarray(ids) % BATCH_SIZE
+    return conftest.underlying(buffer).state().extras[prioritized.PRIORITY][rows]
+
+
+def codes_of(items):
+    return np.asarray(items["step"])
+
+
+# Adds 2..5 stored (6 adds, 4 per segment). Priorities by (segment, add), then weights with alpha 0.5.
+PRIORITIES = np.array([[1.0, 4.0, 9.0, 16.0], [0.0, 1.0, 4.0, 0.0]])
+WEIGHTS = np.sqrt(PRIORITIES)
+
+
+def prioritized_buffer(name, mode="eager"):
+    buffer = make(name, mode)
+    fill(buffer, 6)
+    adds, segments = np.meshgrid(np.arange(2, 6), np.arange(BATCH_SIZE))
+    skipped = buffer.update_priorities(ids_of(adds, segments).ravel(), PRIORITIES.ravel())
+    assert int(skipped) == 0
+    return buffer
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("num_steps", "starts"),
+    [(None, 4), (1, 4), (2, 3), (3, 2)],  # windows start among the oldest `starts` adds of a segment
+)
+def test_probabilities_are_exact_over_the_windows_that_can_be_drawn(name, mode, num_steps, starts):
+    buffer = prioritized_buffer(name, mode)
+    items, info = buffer.get_next(sample_batch_size=400, num_steps=num_steps)
+    codes = codes_of(items)
+    first = codes if num_steps is None else codes[:, 0]
+    segment, add = first // 1000, first % 1000
+    allowed = WEIGHTS[:, :starts]
+    assert (add - 2 < starts).all() and (WEIGHTS[segment, add - 2] > 0).all()
+    expected = (WEIGHTS[segment, add - 2] / allowed.sum()).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(info.probabilities), expected)
+    if num_steps is not None:  # consecutive frames of one segment
+        np.testing.assert_array_equal(codes, first[:, None] + np.arange(num_steps))
+    np.testing.assert_array_equal(np.asarray(info.ids)[..., 0] if num_steps else info.ids, ids_of(add, segment))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", NAMES)
+def test_new_frames_get_the_largest_priority_given_so_far_and_clear_resets_it(name, mode):
+    buffer = make(name, mode)
+    fill(buffer, 1)
+    np.testing.assert_array_equal(priorities_of(buffer, [0, 1]), [1.0, 1.0])
+    buffer.update_priorities(np.array([0, 1]), np.array([7.5, 0.25]))
+    fill(buffer, 1, start=1)
+    np.testing.assert_array_equal(priorities_of(buffer, [0, 1, 2, 3]), [7.5, 0.25, 7.5, 7.5])
+    buffer.update_priorities(np.array([2]), np.array([2.0]))  # lower than 7.5: the largest stays
+    fill(buffer, 1, start=2)
+    np.testing.assert_array_equal(priorities_of(buffer, [4, 5]), [7.5, 7.5])
+    buffer.clear()
+    fill(buffer, 1)
+    np.testing.assert_array_equal(priorities_of(buffer, [0, 1]), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", NAMES)
+def test_overwritten_frames_are_skipped_and_counted_repeated_ids_take_the_last(name, mode):
+    buffer = make(name, mode)
+    fill(buffer, 6)  # adds 0 and 1 (ids 0..3) were overwritten by adds 4 and 5 (ids 8..11)
+    skipped = buffer.update_priorities(np.array([0, 9, 3, 10, 10]), np.array([5.0, 6.0, 5.0, 1.0, 2.0]))
+    assert int(skipped) == 2
+    np.testing.assert_array_equal(priorities_of(buffer, [8, 9, 10, 11]), [1.0, 6.0, 2.0, 1.0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_priority_zero_is_never_drawn_for_any_exponent_and_all_zero_refuses_to_sample(name):
+    for exponent in (0.0, 1.0):
+        buffer = make(name, priority_exponent=exponent)
+        fill(buffer, 2)
+        buffer.update_priorities(np.array([0, 1, 2, 3]), np.array([0.0, 5.0, 1.0, 0.0]))
+        items, info = buffer.get_next(sample_batch_size=200)
+        assert set(codes_of(items).tolist()) == {1000, 1}  # (segment 1, add 0) and (segment 0, add 1)
+        expected = {0.0: [0.5, 0.5], 1.0: [5 / 6, 1 / 6]}[exponent]
+        assert sorted(set(np.asarray(info.probabilities).tolist())) == sorted(set(np.float32(expected).tolist()))
+    buffer.update_priorities(np.array([1, 2]), np.array([0.0, 0.0]))
+    message = (
+        f"{type(buffer).__name__}: every window that can be drawn has priority 0. A priority of 0 means never "
+        "drawn: give some stored frame a priority above 0 with update_priorities, or add frames."
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        buffer.get_next(sample_batch_size=2)
+    assert message in raised.value.message
+    fill(buffer, 1, start=2)  # new frames get the largest priority given: 5
+    items, info = buffer.get_next(sample_batch_size=10)
+    assert set(codes_of(items).tolist()) == {2, 1002}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("ids", "priorities", "error", "message"),
+    [
+        ([4, 5], [1.0, -1.0], ValueError, "priorities: expected finite values >= 0, got -1.0 at index 1"),
+        ([4, 5], [np.nan, 1.0], ValueError, "priorities: expected finite values >= 0, got nan at index 0"),
+        ([4, 5], [1.0, np.inf], ValueError, "priorities: expected finite values >= 0, got inf at index 1"),
+        ([4, 12], [1.0, 1.0], ValueError, "ids: expected ids of frames stored since the last clear (0 <= id < 12)"),
+        ([-1, 4], [1.0, 1.0], ValueError, "ids: expected ids of frames stored since the last clear (0 <= id < 12)"),
+        ([4, 5, 6], [1.0, 1.0], ValueError, "priorities: expected the shape of ids, [3], got [2]"),
+    ],
+)
+def test_bad_updates_are_refused_whole_and_the_buffer_keeps_working(name, mode, ids, priorities, error, message):
+    buffer = make(name, mode)
+    fill(buffer, 6)
+    buffer.update_priorities(np.array([4, 6]), np.array([3.0, 2.0]))
+    before = conftest.underlying(buffer).state()
+    if mode == "eager":
+        with pytest.raises(error) as raised:
+            buffer.update_priorities(np.array(ids), np.array(priorities))
+        assert str(raised.value).startswith(message)
+    else:
+        with pytest.raises((tf.errors.InvalidArgumentError, ValueError)) as raised:
+            buffer.update_priorities(np.array(ids), np.array(priorities))
+        assert message in str(raised.value)
+    after = conftest.underlying(buffer).state()
+    np.testing.assert_array_equal(after.extras[prioritized.PRIORITY], before.extras[prioritized.PRIORITY])
+    assert after.extras[prioritized.MAX_PRIORITY] == 3.0
+    # The next update, add, sample, gather_all and clear work.
+    assert int(buffer.update_priorities(np.array([8]), np.array([4.0]))) == 0
+    fill(buffer, 1, start=6)
+    np.testing.assert_array_equal(priorities_of(buffer, [12, 13]), [4.0, 4.0])
+    items, _ = buffer.get_next(sample_batch_size=4, num_steps=2)
+    conftest.assert_whole(items)
+    assert codes_of(buffer.gather_all()).tolist() == [[3, 4, 5, 6], [1003, 1004, 1005, 1006]]
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ids_that_are_not_integers_are_refused(name):
+    buffer = make(name)
+    fill(buffer, 1)
+    with pytest.raises(TypeError) as raised:
+        buffer.update_priorities(np.array([0.0]), np.array([1.0]))
+    assert str(raised.value) == "ids: expected integer frame ids, got dtype float64"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_updates_inside_a_function_run_each_call(name):
+    buffer = make(name)
+    fill(buffer, 2)
+    update = tf.function(lambda ids, priorities: buffer.update_priorities(ids, priorities))
+    for priority in (2.0, 3.0):
+        assert int(update(tf.constant([0, 1], tf.int64), tf.constant([priority, priority], tf.float64))) == 0
+        np.testing.assert_array_equal(priorities_of(buffer, [0, 1]), [priority, priority])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_priorities_survive_checkpoints_and_files_exactly(name, tmp_path):
+    from tfbuffers import files
+
+    buffer = prioritized_buffer(name)
+    buffer.update_priorities(np.array([ids_of(2, 0)]), np.array([np.pi]))
+    weights = WEIGHTS.copy()
+    weights[0, 0] = np.sqrt(np.pi)
+    saved = buffer.state()
+    path = tf.train.Checkpoint(buffer=buffer).save(str(tmp_path / "ckpt"))
+    file = files.save(buffer, tmp_path / "buffer.safetensors")
+    for restore in (
+        lambda b: tf.train.Checkpoint(buffer=b).restore(path).assert_consumed(),
+        lambda b: files.load(file, b),
+    ):
+        restored = make(name)
+        restore(restored)
+        state = restored.state()
+        np.testing.assert_array_equal(state.extras[prioritized.PRIORITY], saved.extras[prioritized.PRIORITY])
+        assert state.extras[prioritized.MAX_PRIORITY] == saved.extras[prioritized.MAX_PRIORITY] == 16.0
+        items, info = restored.get_next(sample_batch_size=200, num_steps=2)
+        first = codes_of(items)[:, 0]
+        segment, add = first // 1000, first % 1000
+        expected = (weights[segment, add - 2] / weights[:, :3].sum()).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(info.probabilities), expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_restored_priorities_are_checked(name):
+    buffer = prioritized_buffer(name)
+    state = buffer.state()
+    bad = dict(state.extras, **{prioritized.PRIORITY: np.where(state.extras[prioritized.PRIORITY] > 3, -1.0, 1.0)})
+    with pytest.raises(ValueError) as raised:
+        buffer.restore_state(tfbuffers.BufferState(**{**state.__dict__, "extras": bad}))
+    assert str(raised.value) == "state: priority: expected finite values >= 0"
+    low = dict(state.extras, **{prioritized.MAX_PRIORITY: np.array(2.0)})
+    with pytest.raises(ValueError) as raised:
+        buffer.restore_state(tfbuffers.BufferState(**{**state.__dict__, "extras": low}))
+    assert str(raised.value) == "state: max_priority: expected a finite value >= every priority, got 2.0"
+    np.testing.assert_array_equal(buffer.state().extras[prioritized.PRIORITY], state.extras[prioritized.PRIORITY])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("exponent", [-0.5, float("nan"), float("inf")])
+def test_a_bad_exponent_is_refused(name, exponent):
+    with pytest.raises(ValueError) as raised:
+        make(name, priority_exponent=exponent)
+    assert str(raised.value) == f"priority_exponent: expected a finite number >= 0, got {exponent}"
+
+
+def test_importance_weights_follow_the_paper_normalised_by_the_batch_maximum():
+    probabilities = np.array([0.5, 0.25, 0.125, 0.125], np.float32)
+    # (N * P)^-beta with N = 4: 2^-b, 1, 2^b, 2^b; divided by the largest, 2^b.
+    np.testing.assert_allclose(
+        tfbuffers.importance_weights(probabilities, 4, beta=0.5), [0.5, 2**-0.5, 1.0, 1.0], rtol=1e-6
+    )
+    tensor = tfbuffers.importance_weights(tf.constant(probabilities), tf.constant(4, tf.int64), beta=1.0)
+    assert tensor.dtype == tf.float32
+    np.testing.assert_allclose(tensor.numpy(), [0.25, 0.5, 1.0, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(tfbuffers.importance_weights(probabilities, 4, beta=0.0), [1.0] * 4)
+    for beta in (-0.1, 1.5, "1"):
+        with pytest.raises(ValueError) as raised:
+            tfbuffers.importance_weights(probabilities, 4, beta=beta)
+        assert str(raised.value) == f"beta: expected a number in [0, 1], got {beta}"

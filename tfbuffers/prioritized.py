@@ -1,0 +1,106 @@
+"""Prioritized replay: what the prioritized buffers share, and importance-sampling weights.
+
+A prioritized buffer draws each window with probability proportional to
+`priority ** priority_exponent` of its first frame (Schaul et al., 2016,
+"Prioritized Experience Replay", proportional variant), where a priority of 0
+means never drawn, whatever the exponent. A new frame gets the largest priority
+given so far (1.0 after construction or `clear`). `update_priorities(ids,
+priorities)` sets the priorities of frames by the ids `BufferInfo.ids` returned.
+
+The draws are corrected for in training by `importance_weights`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+PRIORITY = "priority"
+"""The state's extra array of every row's priority, `[capacity]` float64 (0 for rows never written)."""
+MAX_PRIORITY = "max_priority"
+"""The state's extra scalar: the priority new frames get."""
+
+NOT_AN_EXPONENT = "priority_exponent: expected a finite number >= 0, got {received}"
+SHAPES_DIFFER = "priorities: expected the shape of ids, {expected}, got {received}"
+NOT_A_PRIORITY = "priorities: expected finite values >= 0, got {value} at index {index}"
+NOT_AN_ID = "ids: expected integer frame ids, got dtype {dtype}"
+NEVER_STORED = (
+    "ids: expected ids of frames stored since the last clear (0 <= id < {next_id}), got {value} at index {index}"
+)
+NOT_A_BETA = "beta: expected a number in [0, 1], got {received}"
+
+
+def check_exponent(priority_exponent: Any) -> float:
+    """`priority_exponent` as a float, if it is a finite number >= 0; else a TypeError or ValueError."""
+    if isinstance(priority_exponent, bool) or not isinstance(priority_exponent, int | float | np.floating):
+        received = f"{type(priority_exponent).__name__} {priority_exponent!r}"
+        raise TypeError(NOT_AN_EXPONENT.format(received=received))
+    if not np.isfinite(priority_exponent) or priority_exponent < 0:
+        raise ValueError(NOT_AN_EXPONENT.format(received=priority_exponent))
+    return float(priority_exponent)
+
+
+def leaf_weights(priorities: Any, priority_exponent: float) -> Any:
+    """`priorities ** priority_exponent`, and 0 where a priority is 0 (never drawn, even for exponent 0)."""
+    if isinstance(priorities, np.ndarray | np.floating | float):
+        priorities = np.asarray(priorities, np.float64)
+        return np.where(priorities > 0, priorities**priority_exponent, 0.0)
+    return tf.where(priorities > 0, tf.pow(priorities, priority_exponent), tf.zeros_like(priorities))
+
+
+def check_update(ids: Any, priorities: Any, next_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The arguments of `update_priorities` as int64 and float64 arrays, or an error naming what is wrong.
+
+    Args:
+      ids: Frame ids, any shape, as `BufferInfo.ids` returns them.
+      priorities: One priority per id, the same shape.
+      next_id: The id the next stored frame gets (`added * batch_size`): ids at or above it were never stored.
+
+    Raises:
+      TypeError: If `ids` are not integers.
+      ValueError: If the shapes differ, a priority is negative, NaN or infinite, or an id was never stored.
+    """
+    ids, priorities = np.asarray(ids), np.asarray(priorities)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(NOT_AN_ID.format(dtype=ids.dtype))
+    if ids.shape != priorities.shape:
+        raise ValueError(SHAPES_DIFFER.format(expected=list(ids.shape), received=list(priorities.shape)))
+    ids, priorities = ids.reshape(-1).astype(np.int64), priorities.reshape(-1).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(priorities) | (priorities < 0))
+    if bad.size:
+        raise ValueError(NOT_A_PRIORITY.format(value=priorities[bad[0]], index=int(bad[0])))
+    bad = np.flatnonzero((ids < 0) | (ids >= next_id))
+    if bad.size:
+        raise ValueError(NEVER_STORED.format(next_id=next_id, value=ids[bad[0]], index=int(bad[0])))
+    return ids, priorities
+
+
+def importance_weights(probabilities: Any, num_frames: Any, beta: float) -> Any:
+    """Importance-sampling weights of drawn windows, as the PER paper defines them.
+
+    `w_i = (num_frames * P(i)) ** -beta`, divided by the largest `w_i` of the batch,
+    so the weights lie in (0, 1] and only scale the update downwards (the paper's
+    normalisation by `max_i w_i`, taken over the sampled batch as its Algorithm 1
+    does).
+
+    Args:
+      probabilities: `BufferInfo.probabilities` of a sample (numpy or a tensor), each > 0.
+      num_frames: The buffer's `num_frames()` when the sample was drawn (N in the paper).
+      beta: The correction's strength in [0, 1]: 0 is none, 1 corrects fully. Anneal it to 1 over training.
+
+    Returns:
+      float32 weights shaped like `probabilities`: a tensor for a tensor, else a numpy array.
+
+    >>> importance_weights(np.array([0.5, 0.25, 0.25], np.float32), 3, beta=1.0).tolist()
+    [0.5, 1.0, 1.0]
+    """
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
+        raise ValueError(NOT_A_BETA.format(received=beta))
+    if tf.is_tensor(probabilities):
+        scaled = tf.cast(num_frames, tf.float64) * tf.cast(probabilities, tf.float64)
+        weights = tf.pow(scaled, -beta)
+        return tf.cast(weights / tf.reduce_max(weights), tf.float32)
+    weights = (float(num_frames) * np.asarray(probabilities, np.float64)) ** -beta
+    return (weights / weights.max()).astype(np.float32)

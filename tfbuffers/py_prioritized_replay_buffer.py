@@ -1,0 +1,197 @@
+"""`PyPrioritizedReplayBuffer`: the numpy buffer, sampled in proportion to priorities."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import state as state_lib
+from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+
+
+class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
+    """`PyUniformReplayBuffer` whose samples are drawn in proportion to priorities.
+
+    A window is drawn with probability proportional to `priority **
+    priority_exponent` of its first frame, among the windows a uniform buffer
+    could draw (one segment, consecutive frames, none past the newest). A priority
+    of 0 means never drawn. New frames get the largest priority given so far
+    (1.0 after construction or `clear`), as in the PER paper. `BufferInfo.probabilities`
+    are the exact probabilities of the draws; `tfbuffers.importance_weights`
+    turns them into the paper's importance-sampling weights.
+
+    The priorities live in a sum tree beside the rows (`tfbuffers._sum_tree`): a
+    sample of `n` windows and an update of `n` priorities each cost
+    `log2(capacity)` vectorised numpy steps. Everything else is the uniform
+    buffer's: `add_batch`, `gather_all`, `clear`, the deterministic pass (it
+    ignores priorities), `tf.function`, checkpoints and `tfbuffers.files` (both
+    save the priorities too, and restore them exactly).
+
+    Example:
+    >>> spec = tf.TensorSpec([], tf.int32)
+    >>> buffer = PyPrioritizedReplayBuffer(spec, batch_size=1, max_length=4, priority_exponent=1.0, seed=0)
+    >>> for value in (10, 11, 12, 13):
+    ...     _ = buffer.add_batch(np.array([value], np.int32))
+    >>> buffer.update_priorities(np.array([0, 1, 2, 3]), np.array([0.0, 1.0, 3.0, 0.0]))
+    0
+    >>> items, info = buffer.get_next(sample_batch_size=4)
+    >>> sorted(set(items.tolist())), sorted(set(info.probabilities.tolist()))
+    ([11, 12], [0.25, 0.75])
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        priority_exponent: float = 0.6,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+    ) -> None:
+        """Creates the buffer.
+
+        Args:
+          data_spec: As in `PyUniformReplayBuffer`.
+          capacity: As in `PyUniformReplayBuffer`.
+          batch_size: As in `PyUniformReplayBuffer`.
+          max_length: As in `PyUniformReplayBuffer`.
+          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform
+            over frames of priority above 0, 1: proportional).
+          seed: As in `PyUniformReplayBuffer`.
+          dataset_drop_remainder: As in `PyUniformReplayBuffer`.
+          dataset_window_shift: As in `PyUniformReplayBuffer`.
+          stateful_dataset: As in `PyUniformReplayBuffer`.
+
+        Raises:
+          TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
+            that is not a finite number >= 0.
+        """
+        priority_exponent = prioritized.check_exponent(priority_exponent)
+        super().__init__(
+            data_spec,
+            capacity,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            stateful_dataset=stateful_dataset,
+        )
+        self._priority_exponent = priority_exponent
+        self._priorities = np.zeros(self.capacity, np.float64)
+        self._tree = _sum_tree.empty(self.capacity)
+        self._max_priority = 1.0
+        self._sampler = _sampling.PrioritizedSampler(
+            type(self).__name__, self._batch_size, self._max_length, lambda: self._tree
+        )
+
+    @property
+    def priority_exponent(self) -> float:
+        """Alpha: draws are proportional to `priority ** priority_exponent`."""
+        return self._priority_exponent
+
+    def update_priorities(self, ids: Any, priorities: Any) -> Any:
+        """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
+
+        Windows are drawn by their first frame's priority, so pass the first id of
+        each window (`info.ids[:, 0]` for `num_steps` windows). An id given twice
+        takes its last priority. An id whose frame was overwritten since it was
+        sampled (normal when collecting while training) is skipped, not an error;
+        the return value says how many were.
+
+        Args:
+          ids: Integer frame ids, any shape (numpy, a tensor, or a list).
+          priorities: One priority per id, finite and >= 0, the same shape.
+
+        Returns:
+          The number of ids skipped because their frames are no longer stored
+          (an int64 tensor inside a graph, else an int).
+
+        Raises:
+          TypeError: If `ids` are not integers.
+          ValueError: If the shapes differ, a priority is negative, NaN or infinite,
+            or an id was never stored (at or past the next id, or negative). Nothing
+            is changed then.
+        """
+        self._check_open()
+        if not tf.executing_eagerly():
+            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
+            return self._in_graph(self._update_value, inputs, tf.int64, [])
+        if tf.is_tensor(ids) or tf.is_tensor(priorities):
+            ids, priorities = np.asarray(ids), np.asarray(priorities)
+        return int(self._update_value(ids, priorities))
+
+    def _update_value(self, ids: Any, priorities: Any) -> np.int64:
+        with self._lock:
+            self._check_open()
+            added = self._table.added
+            ids, priorities = prioritized.check_update(ids, priorities, added * self._batch_size)
+            stored = ids // self._batch_size >= _ring.oldest_add(_ring.NUMPY, added, self._max_length)
+            rows = _ring.rows_of_ids(ids[stored], self._max_length, self._batch_size)
+            rows, values = _sum_tree.NUMPY.last_of_each(rows, priorities[stored])
+            self._set_locked(rows, values)
+            if values.size:
+                self._max_priority = max(self._max_priority, float(values.max()))
+        return np.int64(ids.size - np.count_nonzero(stored))
+
+    def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
+        self._priorities[rows] = priorities
+        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        _sum_tree.update_numpy(self._tree, self.capacity, rows, weights)
+
+    # Hooks of PyUniformReplayBuffer, under its lock.
+
+    def _stored_locked(self, added: int) -> None:
+        first = _ring.block_start(added, self._max_length, self._batch_size)
+        rows = first + np.arange(self._batch_size, dtype=np.int64)
+        self._set_locked(rows, np.full(self._batch_size, self._max_priority))
+
+    def _cleared_locked(self) -> None:
+        self._priorities[:] = 0.0
+        self._tree[:] = 0.0
+        self._max_priority = 1.0
+
+    def _extras_locked(self) -> dict[str, np.ndarray]:
+        return {
+            prioritized.PRIORITY: self._priorities.copy(),
+            prioritized.MAX_PRIORITY: np.array(self._max_priority, np.float64),
+        }
+
+    def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
+        np.copyto(self._priorities, extras[prioritized.PRIORITY])
+        self._tree = _sum_tree.build(prioritized.leaf_weights(self._priorities, self._priority_exponent), self.capacity)
+        self._max_priority = float(extras[prioritized.MAX_PRIORITY])
+
+    def _close(self) -> None:
+        super()._close()
+        with self._lock:
+            self._priorities = np.zeros(0)
+            self._tree = np.zeros([0, 2])
+
+    def state_template(self) -> state_lib.BufferState:
+        """The uniform buffer's template, in the prioritized format, with the priorities as extras."""
+        return dataclasses.replace(
+            super().state_template(),
+            format=state_lib.PRIORITIZED,
+            extras={
+                prioritized.PRIORITY: np.broadcast_to(np.float64(0), (self.capacity,)),
+                prioritized.MAX_PRIORITY: np.array(1.0, np.float64),
+            },
+        )
+
+    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        priorities, largest = extras[prioritized.PRIORITY], extras[prioritized.MAX_PRIORITY]
+        if not (np.isfinite(priorities).all() and (priorities >= 0).all()):
+            raise ValueError(f"{source}: {prioritized.PRIORITY}: expected finite values >= 0")
+        if not (np.isfinite(largest) and largest >= priorities.max(initial=0.0)):
+            raise ValueError(
+                f"{source}: {prioritized.MAX_PRIORITY}: expected a finite value >= every priority, got {largest}"
+            )
