@@ -132,10 +132,18 @@ def _make_py_prioritized(spec: Any, batch_size: int, max_length: int, **options:
     return tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
 
 
+def _make_tf_prioritized(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+    options.pop("seed", None)  # the TF buffer draws from TensorFlow's global generator
+    return tfbuffers.TFPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+
+
 # A new local buffer joins every contract, cross-check, fuzz, files and concurrency test here.
 BUFFER_KINDS = {
     "tf": BufferKind("tf", _make_tf),
     "py": BufferKind("py", _make_py),
+    "tf_prioritized": BufferKind(
+        "tf_prioritized", _make_tf_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
+    ),
     "py_prioritized": BufferKind(
         "py_prioritized", _make_py_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
     ),
@@ -161,7 +169,7 @@ UNIFORM_KINDS = [kind for kind in KINDS if BUFFER_KINDS[kind.rsplit("_", 1)[0]].
 
 
 def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
-    """A buffer of the registered kind `name` (`"tf"`, `"py"`, `"py_prioritized"`)."""
+    """A buffer of the registered kind `name` (`"tf"`, `"py"`, `"tf_prioritized"`, `"py_prioritized"`)."""
     return BUFFER_KINDS[name].make(spec, batch_size, max_length, **options)
 
 

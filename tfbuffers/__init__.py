@@ -10,6 +10,7 @@ from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
 from tfbuffers.state import BufferState
+from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "PyPrioritizedReplayBuffer",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
+    "TFPrioritizedReplayBuffer",
     "TFUniformReplayBuffer",
     "importance_weights",
 ]

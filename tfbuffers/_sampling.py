@@ -107,6 +107,11 @@ class Sample(NamedTuple):
     ids: Any
     rows: Any
     probabilities: Any
+    valid: Any = True
+    """Whether the state the draw read allows it (a prioritized buffer: some window weighs more than 0).
+    The numpy backend raises at once instead; in TensorFlow the caller asserts it, with `invalid_message`, once
+    it knows the read was not torn by a concurrent writer (a torn read is read again)."""
+    invalid_message: str = ""
 
 
 class Sampler(abc.ABC):
@@ -189,13 +194,16 @@ class PrioritizedSampler(Sampler):
             else _sum_tree.mask(backend.tree, tree, capacity, masked_rows, newest * self._batch_size)
         )
         total, positive = _sum_tree.unmasked_total(backend.tree, tree, leaf_mask)
-        checks.append(backend.require(positive > 0, NO_PRIORITY.format(buffer=self._buffer_name)))
+        no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
+        if backend is not TENSORFLOW:
+            backend.require(positive > 0, no_priority)
         targets = backend.uniform_floats(shape, checks) * total
-        rows = _sum_tree.find(backend.tree, tree, capacity, targets, leaf_mask)
+        # Within the leaves even on a torn read (a concurrent clear or update), which is then read again.
+        rows = backend.ops.minimum(_sum_tree.find(backend.tree, tree, capacity, targets, leaf_mask), capacity - 1)
         weights = backend.tree.gather(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
         first = _ring.ids_of_rows(backend.ops, rows, added, self._max_length, self._batch_size)
         ids = first[..., None] + backend.ops.arange(num_steps or 1) * self._batch_size
         rows = _ring.rows_of_ids(ids, self._max_length, self._batch_size)
         if num_steps is None:
             ids, rows = ids[..., 0], rows[..., 0]
-        return Sample(ids, rows, backend.float32(weights / total))
+        return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority)

@@ -97,6 +97,19 @@ class Concurrency:
         with tf.control_dependencies([released]):
             return tf.nest.map_structure(tf.identity, result)
 
+    def rewrite(self, write: Callable[[], list[Any]]) -> list[Any]:
+        """`write()`'s ops between two increments of `generation`: readers overlapping them read again.
+
+        For writers that change what readers cannot tell from the counter (`clear`, a restore, priority
+        updates). The generation is odd while they write, so a reader that begins during the write
+        also reads again.
+        """
+        begin = self.generation.assign_add(1, read_value=False)
+        with tf.control_dependencies([begin]):
+            effects = write()
+        with tf.control_dependencies(effects):
+            return [self.generation.assign_add(1, read_value=False)]
+
     def checked_read(
         self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]], added: tf.Variable, max_length: int
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
@@ -112,7 +125,7 @@ class Concurrency:
         with tf.control_dependencies([writing]):
             now = added.read_value()
         with tf.control_dependencies([now]):
-            unchanged = tf.equal(self.generation.read_value(), generation)
+            unchanged = tf.equal(self.generation.read_value(), generation) & tf.equal(generation % 2, 0)
         return tf.logical_and(unchanged, oldest >= now + writing - max_length), tensors
 
     def read_whole(

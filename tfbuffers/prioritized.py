@@ -12,10 +12,13 @@ The draws are corrected for in training by `importance_weights`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from tfbuffers import state as state_lib
 
 PRIORITY = "priority"
 """The state's extra array of every row's priority, `[capacity]` float64 (0 for rows never written)."""
@@ -48,6 +51,27 @@ def leaf_weights(priorities: Any, priority_exponent: float) -> Any:
         priorities = np.asarray(priorities, np.float64)
         return np.where(priorities > 0, priorities**priority_exponent, 0.0)
     return tf.where(priorities > 0, tf.pow(priorities, priority_exponent), tf.zeros_like(priorities))
+
+
+def state_template(uniform: state_lib.BufferState, capacity: int) -> state_lib.BufferState:
+    """A uniform buffer's state template made prioritized: format `PRIORITIZED`, the priorities as extras."""
+    return dataclasses.replace(
+        uniform,
+        format=state_lib.PRIORITIZED,
+        extras={
+            PRIORITY: np.broadcast_to(np.float64(0), (capacity,)),
+            MAX_PRIORITY: np.array(1.0, np.float64),
+        },
+    )
+
+
+def check_extras(extras: dict[str, np.ndarray], source: str) -> None:
+    """Raises a ValueError unless a state's priorities are finite and >= 0, and its max_priority >= all of them."""
+    priorities, largest = extras[PRIORITY], extras[MAX_PRIORITY]
+    if not (np.isfinite(priorities).all() and (priorities >= 0).all()):
+        raise ValueError(f"{source}: {PRIORITY}: expected finite values >= 0")
+    if not (np.isfinite(largest) and largest >= priorities.max(initial=0.0)):
+        raise ValueError(f"{source}: {MAX_PRIORITY}: expected a finite value >= every priority, got {largest}")
 
 
 def check_update(ids: Any, priorities: Any, next_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -178,20 +177,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
 
     def state_template(self) -> state_lib.BufferState:
         """The uniform buffer's template, in the prioritized format, with the priorities as extras."""
-        return dataclasses.replace(
-            super().state_template(),
-            format=state_lib.PRIORITIZED,
-            extras={
-                prioritized.PRIORITY: np.broadcast_to(np.float64(0), (self.capacity,)),
-                prioritized.MAX_PRIORITY: np.array(1.0, np.float64),
-            },
-        )
+        return prioritized.state_template(super().state_template(), self.capacity)
 
     def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
-        priorities, largest = extras[prioritized.PRIORITY], extras[prioritized.MAX_PRIORITY]
-        if not (np.isfinite(priorities).all() and (priorities >= 0).all()):
-            raise ValueError(f"{source}: {prioritized.PRIORITY}: expected finite values >= 0")
-        if not (np.isfinite(largest) and largest >= priorities.max(initial=0.0)):
-            raise ValueError(
-                f"{source}: {prioritized.MAX_PRIORITY}: expected a finite value >= every priority, got {largest}"
-            )
+        prioritized.check_extras(extras, source)

@@ -196,7 +196,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                     rows = [start + _OPS.arange(tf.shape(x, out_type=tf.int64)[0]) for x in leaves]
                 else:
                     rows = [start + segments] * len(leaves)
-                writes = self._table.write(rows, leaves)
+                writes = self._table.write(rows, leaves) + self._block_written(start)
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
@@ -227,14 +227,23 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
+            # A uniform sample is always valid; a prioritized one says whether any window weighs more than 0.
+            validity: list[Any] = []
 
             def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = self._added.read_value()
                 sample = self._sampler.sample(_sampling.TENSORFLOW, added, sample_batch_size, num_steps)
                 leaves = self._table.read(sample.rows)
-                return [*leaves, sample.ids, sample.probabilities], tf.reduce_min(sample.ids) // self._batch_size
+                validity[:] = [] if sample.valid is True else [sample.invalid_message]
+                checked = [tf.convert_to_tensor(sample.valid)] if validity else []
+                return [*leaves, sample.ids, sample.probabilities, *checked], tf.reduce_min(
+                    sample.ids
+                ) // self._batch_size
 
             outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
+            if validity:  # asserted on a whole read only: a torn one was read again
+                with tf.control_dependencies([tf.debugging.Assert(outputs[-1], validity)]):
+                    outputs = [tf.identity(output) for output in outputs[:-1]]
             return outputs[:-2], outputs[-2], outputs[-1]
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
@@ -274,7 +283,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             # Eager writers wait; graph writers are checked for.
             whole, added, values = self._locked(self._snapshot_tensors)
             if whole:
-                return int(added), [value.numpy() for value in values], {}
+                arrays = [value.numpy() for value in values]
+                fields = len(self._table.variables)
+                return int(added), arrays[:fields], dict(zip(self._extra_variables(), arrays[fields:]))
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
@@ -285,25 +296,30 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             def read() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = self._added.read_value()
                 with tf.control_dependencies([added]):
-                    values = [variable.read_value() for variable in self._table.variables]
+                    values = [v.read_value() for v in [*self._table.variables, *self._extra_variables().values()]]
                 return [added, *values], _ring.oldest_add(_OPS, added, self._max_length)
 
             whole, tensors = self._concurrency.checked_read(read, self._added, self._max_length)
             return whole, tensors[0], tensors[1:]
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        values = [tf.convert_to_tensor(array) for array in arrays]
+        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras)]]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
-                with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
-                    assigns = [v.assign(x) for v, x in zip(self._table.variables, values)]
-                with tf.control_dependencies(assigns):
-                    restored = self._added.assign(added, read_value=True)
-                return [restored], restored
+                variables = [*self._table.variables, *self._restore_targets()]
+
+                def assign() -> list[Any]:
+                    assigns = [v.assign(x) for v, x in zip(variables, values)]
+                    with tf.control_dependencies(assigns):
+                        return [self._added.assign(added, read_value=False)]
+
+                effects = self._concurrency.rewrite(assign)
+                with tf.control_dependencies(effects):
+                    return effects, tf.identity(added)
 
             return self._concurrency.exclusive([added, *values], restore, "restore")
 
@@ -330,8 +346,33 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(self._device), tf.name_scope(self._scope):
 
             def clear() -> tuple[list[Any], tf.Tensor]:
-                with tf.control_dependencies([self._concurrency.generation.assign_add(1)]):
-                    cleared = self._added.assign(0, read_value=True)
-                return [cleared], cleared
+                def reset() -> list[Any]:
+                    return [self._added.assign(0, read_value=False), *self._cleared()]
+
+                effects = self._concurrency.rewrite(reset)
+                return effects, tf.constant(0, tf.int64)
 
             return self._concurrency.exclusive([], clear, "clear")
+
+    # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities and tree).
+    # The writes they return run inside the writer's lock, in the same step as what they go with.
+
+    def _block_written(self, first_row: tf.Tensor) -> list[Any]:
+        """Writes to make as the `batch_size` rows from `first_row` are written (inside `add_batch`)."""
+        return []
+
+    def _cleared(self) -> list[Any]:
+        """Writes to make as the buffer is cleared."""
+        return []
+
+    def _extra_variables(self) -> dict[str, tf.Variable]:
+        """The state's extras (see `state_template`), by name: read with the rows by `state()`."""
+        return {}
+
+    def _restore_targets(self) -> list[tf.Variable]:
+        """The variables a restore assigns beside the rows and counter."""
+        return []
+
+    def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The values of `_restore_targets`, in order, from a checked state's extras."""
+        return []

@@ -1,0 +1,241 @@
+"""`TFPrioritizedReplayBuffer`: the in-graph buffer, sampled in proportion to priorities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import state as state_lib
+from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
+
+_OPS = _ring.TENSORFLOW
+
+GRAPH_NOT_A_PRIORITY = "priorities: expected finite values >= 0, got (value, index):"
+GRAPH_NEVER_STORED = "ids: expected ids of frames stored since the last clear (0 <= id < next id), got (id, next id):"
+
+
+class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
+    """`TFUniformReplayBuffer` whose samples are drawn in proportion to priorities, in the graph.
+
+    A window is drawn with probability proportional to `priority **
+    priority_exponent` of its first frame, among the windows a uniform buffer
+    could draw (one segment, consecutive frames, none past the newest). A priority
+    of 0 means never drawn. New frames get the largest priority given so far
+    (1.0 after construction or `clear`), as in the PER paper. `BufferInfo.probabilities`
+    are the probabilities of the draws; `tfbuffers.importance_weights` turns them
+    into the paper's importance-sampling weights.
+
+    The priorities live in a sum tree of `tf.Variable`s beside the rows
+    (`tfbuffers._sum_tree`): a sample of `n` windows and an update of `n`
+    priorities each cost `log2(capacity)` vectorised steps, no loop per sample,
+    inside `tf.function`, `tf.while_loop` and `tf.data` alike. Everything else is
+    the uniform buffer's: `add_batch`, `gather_all`, `clear`, the deterministic
+    pass (it ignores priorities), checkpoints and `tfbuffers.files` (both save
+    the priorities too, and restore them exactly; a py prioritized buffer's
+    state restores here and back).
+
+    Threads: `update_priorities` is a writer like `add_batch` (eager callers take
+    turns; a second writer inside a graph is refused). Samples never return a
+    torn frame; a sample overlapping an update reads again, so its probabilities
+    are exact. A sample overlapping an add may compute its probabilities from a
+    total that includes part of that add's new priorities (an error of at most
+    the new frames' share); the frames it returns are whole and stored.
+
+    Example:
+    >>> spec = tf.TensorSpec([], tf.int32)
+    >>> buffer = TFPrioritizedReplayBuffer(spec, batch_size=1, max_length=4, priority_exponent=1.0)
+    >>> for value in (10, 11, 12, 13):
+    ...     _ = buffer.add_batch(tf.constant([value]))
+    >>> int(buffer.update_priorities(tf.constant([0, 1, 2, 3]), tf.constant([0.0, 1.0, 3.0, 0.0])))
+    0
+    >>> items, info = buffer.get_next(sample_batch_size=100)
+    >>> sorted(set(items.numpy().tolist())), sorted(set(info.probabilities.numpy().tolist()))
+    ([11, 12], [0.25, 0.75])
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int = 1000,
+        priority_exponent: float = 0.6,
+        scope: str = "TFPrioritizedReplayBuffer",
+        device: str = "cpu:*",
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+    ) -> None:
+        """Creates the buffer and its variables.
+
+        Args:
+          data_spec: As in `TFUniformReplayBuffer`.
+          batch_size: As in `TFUniformReplayBuffer`.
+          max_length: As in `TFUniformReplayBuffer`.
+          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform
+            over frames of priority above 0, 1: proportional).
+          scope: As in `TFUniformReplayBuffer`.
+          device: As in `TFUniformReplayBuffer`.
+          dataset_drop_remainder: As in `TFUniformReplayBuffer`.
+          dataset_window_shift: As in `TFUniformReplayBuffer`.
+          stateful_dataset: As in `TFUniformReplayBuffer`.
+
+        Raises:
+          TypeError, ValueError: As `TFUniformReplayBuffer`, and for a `priority_exponent`
+            that is not a finite number >= 0.
+        """
+        priority_exponent = prioritized.check_exponent(priority_exponent)
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            scope=scope,
+            device=device,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            stateful_dataset=stateful_dataset,
+        )
+        self._priority_exponent = priority_exponent
+        with tf.device(device), tf.name_scope(scope):
+            tree = tf.Variable(_sum_tree.empty(self.capacity), trainable=False, name="sum_tree")
+            priorities = tf.Variable(tf.zeros([self.capacity], tf.float64), trainable=False, name="priorities")
+            largest = tf.Variable(tf.constant(1.0, tf.float64), trainable=False, name="max_priority")
+        self._untracked(_tree=tree, _priorities=priorities, _largest=largest)
+        self._sampler = _sampling.PrioritizedSampler(
+            type(self).__name__, self._batch_size, self._max_length, lambda: self._tree
+        )
+
+    @property
+    def priority_exponent(self) -> float:
+        """Alpha: draws are proportional to `priority ** priority_exponent`."""
+        return self._priority_exponent
+
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """The buffer's variables: the field tables, the add counter, the priorities and the tree."""
+        if self._closed:
+            return ()
+        return (*super().variables(), self._priorities, self._largest, self._tree)
+
+    def update_priorities(self, ids: Any, priorities: Any) -> tf.Tensor:
+        """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
+
+        Works eagerly and inside `tf.function`. Windows are drawn by their first
+        frame's priority, so pass the first id of each window (`info.ids[:, 0]` for
+        `num_steps` windows). An id given twice takes its last priority. An id whose
+        frame was overwritten since it was sampled (normal when collecting while
+        training) is skipped, not an error; the return value says how many were.
+
+        Args:
+          ids: Integer frame ids, any shape.
+          priorities: One priority per id, finite and >= 0, the same shape.
+
+        Returns:
+          An int64 scalar tensor: how many ids were skipped because their frames
+          are no longer stored.
+
+        Raises:
+          TypeError: If `ids` are not integers.
+          ValueError: (eagerly, or `InvalidArgumentError` when a graph runs) If the
+            shapes differ, a priority is negative, NaN or infinite, or an id was never
+            stored (at or past the next id, or negative). Nothing is changed then.
+        """
+        self._check_open()
+        ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise TypeError(prioritized.NOT_AN_ID.format(dtype=ids.dtype.name))
+        priorities = tf.cast(tf.convert_to_tensor(priorities), tf.float64)
+        if ids.shape.is_fully_defined() and priorities.shape.is_fully_defined() and ids.shape != priorities.shape:
+            raise ValueError(
+                prioritized.SHAPES_DIFFER.format(expected=ids.shape.as_list(), received=priorities.shape.as_list())
+            )
+        ids = tf.cast(ids, tf.int64)
+        if tf.executing_eagerly():
+            with self._concurrency.eager_lock:
+                # Exact messages first; the graph checks them again, and a clear racing from a graph is handled there.
+                prioritized.check_update(ids.numpy(), priorities.numpy(), int(self._added.numpy()) * self._batch_size)
+                return self._compiled(self._update_tensors)(ids, priorities)
+        return self._update_tensors(ids, priorities)
+
+    def _update_tensors(self, ids: tf.Tensor, priorities: tf.Tensor) -> tf.Tensor:
+        with tf.device(self._device), tf.name_scope(self._scope):
+            same_shape = tf.debugging.assert_equal(
+                tf.shape(ids), tf.shape(priorities), message="priorities: expected the shape of ids"
+            )
+            with tf.control_dependencies([same_shape]):
+                ids, priorities = tf.reshape(ids, [-1]), tf.reshape(priorities, [-1])
+            bad = tf.math.logical_not(tf.math.is_finite(priorities) & (priorities >= 0))
+            first_bad = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int64)
+            valid_priorities = tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(bad)),
+                [GRAPH_NOT_A_PRIORITY, tf.gather(priorities, first_bad), first_bad],
+            )
+            # Ids only grow between here and the lock (a clear racing from a graph is filtered inside it).
+            next_id = self._added.read_value() * self._batch_size
+            never = (ids < 0) | (ids >= next_id)
+            first_never = tf.argmax(tf.cast(never, tf.int32), output_type=tf.int64)
+            stored_before = tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(never)), [GRAPH_NEVER_STORED, tf.gather(ids, first_never), next_id]
+            )
+
+            def write() -> tuple[list[Any], tf.Tensor]:
+                added = self._added.read_value()
+                adds = ids // self._batch_size
+                stored = (adds >= _ring.oldest_add(_OPS, added, self._max_length)) & (adds < added)
+                rows = _ring.rows_of_ids(tf.boolean_mask(ids, stored), self._max_length, self._batch_size)
+                rows, values = _sum_tree.TENSORFLOW.last_of_each(rows, tf.boolean_mask(priorities, stored))
+
+                def update() -> list[Any]:
+                    return [
+                        *self._set(rows, values, distinct=True),
+                        self._largest.assign(tf.maximum(self._largest, tf.reduce_max(tf.concat([values, [0.0]], 0)))),
+                    ]
+
+                skipped = tf.size(ids, out_type=tf.int64) - tf.math.count_nonzero(stored, dtype=tf.int64)
+                return self._concurrency.rewrite(update), skipped
+
+            return self._concurrency.exclusive(
+                [same_shape, valid_priorities, stored_before, ids, priorities], write, "update_priorities"
+            )
+
+    def _set(self, rows: tf.Tensor, priorities: tf.Tensor, *, distinct: bool) -> list[Any]:
+        """Sets the priorities of `rows` and their leaves in the tree."""
+        stored = self._priorities.scatter_nd_update(rows[:, None], priorities)
+        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        return [stored, _sum_tree.update_variable(self._tree, self.capacity, rows, weights, distinct=distinct)]
+
+    # Hooks of TFUniformReplayBuffer, inside its writers' lock.
+
+    def _block_written(self, first_row: tf.Tensor) -> list[Any]:
+        rows = first_row + _OPS.arange(self._batch_size)
+        return self._set(rows, tf.fill([self._batch_size], self._largest.read_value()), distinct=True)
+
+    def _cleared(self) -> list[Any]:
+        return [
+            self._priorities.assign(tf.zeros_like(self._priorities), read_value=False),
+            self._tree.assign(tf.zeros_like(self._tree), read_value=False),
+            self._largest.assign(tf.constant(1.0, tf.float64), read_value=False),
+        ]
+
+    def _extra_variables(self) -> dict[str, tf.Variable]:
+        return {prioritized.PRIORITY: self._priorities, prioritized.MAX_PRIORITY: self._largest}
+
+    def _restore_targets(self) -> list[tf.Variable]:
+        return [self._priorities, self._largest, self._tree]
+
+    def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
+        priorities = extras[prioritized.PRIORITY]
+        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        return [priorities, extras[prioritized.MAX_PRIORITY], _sum_tree.build(weights, self.capacity)]
+
+    def state_template(self) -> state_lib.BufferState:
+        """The uniform buffer's template, in the prioritized format, with the priorities as extras."""
+        return prioritized.state_template(super().state_template(), self.capacity)
+
+    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        prioritized.check_extras(extras, source)
+
+    def _close(self) -> None:
+        del self._tree, self._priorities, self._largest
+        super()._close()
