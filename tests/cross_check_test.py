@@ -56,3 +56,29 @@ def test_deterministic_passes_agree(sample_batch_size, num_steps, window_shift, 
     if window_shift is None and not drop_remainder:
         ids = np.sort(np.concatenate([info.ids.numpy().ravel() for _, info in tf_elements]))
         np.testing.assert_array_equal(ids, np.arange(2 * 3, 7 * 3))
+
+
+@pytest.mark.parametrize("num_steps", [None, 2, 3])
+def test_prioritized_buffers_agree_on_priorities_and_probabilities(num_steps):
+    tf.random.set_seed(7)
+    options = dict(batch_size=3, max_length=5, priority_exponent=0.7)
+    tf_buffer = tfbuffers.TFPrioritizedReplayBuffer(SPEC, **options)
+    py_buffer = tfbuffers.PyPrioritizedReplayBuffer(SPEC, seed=7, **options)
+    rng = np.random.default_rng(7)
+    for buffer in (tf_buffer, py_buffer):
+        fill(buffer, 7)  # adds 2..6 stored: ids 6..20
+    ids = np.arange(0, 21)  # 0..5 were overwritten: skipped by both
+    priorities = rng.choice([0.0, 0.5, 2.0, 9.0], size=ids.size)
+    assert int(tf_buffer.update_priorities(ids, priorities)) == int(py_buffer.update_priorities(ids, priorities)) == 6
+    for buffer in (tf_buffer, py_buffer):
+        fill(buffer, 1, start=7)  # new frames: the largest priority, 9.0
+    tf_state, py_state = tf_buffer.state(), py_buffer.state()
+    for name in tf_state.extras:
+        np.testing.assert_array_equal(tf_state.extras[name], py_state.extras[name])
+    drawn = []
+    for buffer in (tf_buffer, py_buffer):
+        _, info = buffer.get_next(sample_batch_size=3000, num_steps=num_steps)
+        first = np.asarray(info.ids) if num_steps is None else np.asarray(info.ids)[:, 0]
+        drawn.append(dict(zip(first.tolist(), np.asarray(info.probabilities).tolist())))
+    # The same windows can be drawn, each with the same probability, to the bit.
+    assert drawn[0] == drawn[1]
