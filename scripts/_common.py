@@ -19,7 +19,14 @@ BUFFERS = {
     "py_uniform": lambda spec, batch_size, max_length: tfbuffers.PyUniformReplayBuffer(
         spec, batch_size=batch_size, max_length=max_length
     ),
+    "tf_prioritized": lambda spec, batch_size, max_length: tfbuffers.TFPrioritizedReplayBuffer(
+        spec, batch_size=batch_size, max_length=max_length
+    ),
+    "py_prioritized": lambda spec, batch_size, max_length: tfbuffers.PyPrioritizedReplayBuffer(
+        spec, batch_size=batch_size, max_length=max_length
+    ),
 }
+PRIORITIZED = ("tf_prioritized", "py_prioritized")
 FILE = "buffer.safetensors"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

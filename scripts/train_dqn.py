@@ -2,10 +2,14 @@
 
 The TF-Agents DQN tutorial's loop, with tfbuffers: a TF driver adds to the buffer
 through `TFObserver`, and the agent trains on `buffer.as_dataset(batch, num_steps=2)`.
+With a prioritized buffer, each step is weighted by `tfbuffers.importance_weights`
+(beta annealed from --beta to 1) and the transitions' |TD errors| become their
+priorities (`update_priorities`), as in the PER paper.
 Writes a learning curve (PNG) and a summary (JSON) to --output-dir.
 
     python scripts/train_dqn.py                      # the defaults: about 2 minutes on 2 cores
     python scripts/train_dqn.py --buffer py_uniform --seed 1
+    python scripts/train_dqn.py --buffer tf_prioritized
     python scripts/train_dqn.py --starter-buffer out/starter/cartpole-random
 """
 
@@ -37,9 +41,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
+import tfbuffers  # noqa: E402
 from tfbuffers.collect import warm  # noqa: E402
 from tfbuffers.envs import load_gymnasium  # noqa: E402
 from tfbuffers.observers import TFObserver  # noqa: E402
+
+PRIORITY_FLOOR = 1e-6  # added to |TD error| so that no transition's priority is 0 (never drawn)
 
 
 @dataclasses.dataclass
@@ -61,6 +68,7 @@ class Config:
     fc_layers: tuple[int, ...] = (100, 50)
     eval_interval: int = 1_000
     eval_episodes: int = 10
+    beta: float = 0.4
     seed: int = 0
     output_dir: str = "out/dqn"
     starter_buffer: str | None = None
@@ -79,6 +87,7 @@ class Result:
     frames_from_starter: int
     frames_collected: int
     train_steps: int
+    priority_updates: int  # update_priorities calls that changed priorities (prioritized buffers; else 0)
     last_loss: float
     seconds: float
     curve_png: str
@@ -166,15 +175,21 @@ def train(config: Config) -> Result:
     ).prefetch(3)
     experience = iter(dataset)
     train_fn = common.function(agent.train)
+    prioritized = hasattr(buffer, "update_priorities")
 
     iterations, returns = [0], [_evaluate(evaluate, average_return)]
     time_step, policy_state = env.reset(), collect_driver.policy.get_initial_state(env.batch_size)
     loss = float("nan")
+    priority_updates = 0
     bar = tqdm(range(1, config.num_iterations + 1), desc="train", unit="it", disable=not config.progress)
     for iteration in bar:
         time_step, policy_state = collect(time_step, policy_state)
-        trajectories, _ = next(experience)
-        loss = float(train_fn(trajectories).loss)
+        trajectories, info = next(experience)
+        if prioritized:
+            loss = _train_prioritized(buffer, train_fn, trajectories, info, config, iteration)
+            priority_updates += 1
+        else:
+            loss = float(train_fn(trajectories).loss)
         if iteration % config.eval_interval == 0 or iteration == config.num_iterations:
             iterations.append(iteration)
             returns.append(_evaluate(evaluate, average_return))
@@ -191,6 +206,7 @@ def train(config: Config) -> Result:
         frames_from_starter=frames_from_starter,
         frames_collected=int(frames_collected.numpy()),
         train_steps=int(train_step.numpy()),
+        priority_updates=priority_updates,
         last_loss=loss,
         seconds=time.perf_counter() - started,
         curve_png=str(curve_png),
@@ -199,6 +215,19 @@ def train(config: Config) -> Result:
     summary = {"config": dataclasses.asdict(config), "result": dataclasses.asdict(result)}
     pathlib.Path(result.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
     return result
+
+
+def _train_prioritized(
+    buffer: Any, train_fn: Any, trajectories: Any, info: Any, config: Config, iteration: int
+) -> float:
+    """One train step as the PER paper: importance weights with beta annealed to 1, |TD errors| as priorities."""
+    beta = config.beta + (1.0 - config.beta) * iteration / config.num_iterations
+    weights = tfbuffers.importance_weights(info.probabilities, buffer.num_frames(), beta)
+    loss_info = train_fn(trajectories, weights=weights)
+    td_errors = tf.abs(tf.reshape(loss_info.extra.td_error, [tf.shape(weights)[0], -1]))
+    # A window is drawn by its first frame: that frame takes the window's |TD error| (never 0, as the paper's epsilon).
+    buffer.update_priorities(info.ids[:, 0], tf.reduce_mean(td_errors, axis=1) + PRIORITY_FLOOR)
+    return float(loss_info.loss)
 
 
 def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
@@ -272,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--eval-episodes", type=_common.positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
+    )
+    parser.add_argument(
+        "--beta",
+        type=_common.probability,
+        default=defaults.beta,
+        help="prioritized buffers: importance-weight exponent at the start, annealed to 1 by the last iteration",
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of TF, numpy and the environments")
     parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")

@@ -51,6 +51,7 @@ tf_agents_examples = load_script("tf_agents_examples")
                 "--fc-layers",
                 "--eval-interval",
                 "--eval-episodes",
+                "--beta",
                 "--seed",
                 "--output-dir",
                 "--starter-buffer",
@@ -110,7 +111,7 @@ def test_help_documents_every_flag(script, flags, capsys):
     assert all(flag in text for flag in flags)
 
 
-@pytest.mark.parametrize("buffer", ["tf_uniform", "py_uniform"])
+@pytest.mark.parametrize("buffer", ["tf_uniform", "py_uniform", "tf_prioritized", "py_prioritized"])
 def test_short_dqn_run_end_to_end(buffer, tmp_path):
     config = train_dqn.Config(
         buffer=buffer,
@@ -123,6 +124,7 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
     )
     result = train_dqn.train(config)
     assert result.train_steps == 200
+    assert result.priority_updates == (200 if "prioritized" in buffer else 0)
     assert result.frames_in_buffer == result.frames_collected >= 100 + 200
     assert result.iterations == [0, 100, 200] and len(result.returns) == 3
     assert isinstance(result.last_loss, float) and np.isfinite(result.last_loss)  # train steps ran on samples
