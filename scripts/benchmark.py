@@ -55,23 +55,32 @@ from tf_agents.trajectories import trajectory
 from tqdm.auto import tqdm
 
 import tfbuffers
-from tfbuffers import files
+from tfbuffers import files, specs
 
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
     "add_graph": "add, inside one tf.function loop (frames/s)",
     "sample_dataset": "sample, as_dataset + prefetch (frames/s)",
     "get_next": "sample, direct get_next (frames/s)",
+    "sample_update": "sample + update_priorities, direct (frames/s)",
     "deterministic_pass": "deterministic pass (frames/s)",
     "save": "save (MB/s)",
     "load": "load (MB/s)",
 }
-OURS = {"tfbuffers TF": "TF-Agents TF", "tfbuffers py": "TF-Agents py"}
+OURS = {
+    "tfbuffers TF": "TF-Agents TF",
+    "tfbuffers py": "TF-Agents py",
+    "tfbuffers TF prioritized": "tfbuffers TF",  # what prioritizing costs, against the uniform buffer
+    "tfbuffers py prioritized": "cpprb PER",
+}
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
     "tfbuffers TF": ("TF-Agents Reverb", "numpy limit", "bare tf.Variable", "tf.data ceiling"),
-    "tfbuffers py": ("TF-Agents Reverb", "numpy limit", "tf.data ceiling"),
+    "tfbuffers py": ("TF-Agents Reverb", "cpprb uniform", "numpy limit", "tf.data ceiling"),
+    "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER"),
+    "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform"),
 }
+PRIORITY_BETA = 0.4  # cpprb's importance weights are made with every sample; beta is theirs to take
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +179,10 @@ class System:
         """Seconds for `num_batches` direct samples, or None."""
         return None
 
+    def sample_update(self, num_batches: int) -> float | None:
+        """Seconds for `num_batches` direct samples, each followed by new priorities for it, or None."""
+        return None
+
     def deterministic_pass(self, num_elements: int) -> tuple[float, int] | None:
         """(Seconds, frames) of the first `num_elements` elements of the deterministic pass, or None."""
         return None
@@ -190,6 +203,11 @@ def _time(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _repeat(step: Callable[[int], None], count: int) -> None:
+    for i in range(count):
+        step(i)
 
 
 def _add_steps(system: System, batches: list[Any], num_adds: int) -> None:
@@ -315,6 +333,57 @@ class TFBuffersPy(System):
         return sum(a.nbytes for a in self.buffer._table.arrays)
 
 
+def _sample_update(buffer: Any, workload: Workload, num_batches: int) -> float:
+    """`get_next`, then `update_priorities` of the windows' first frames, as a learner does after a step."""
+    rng = np.random.default_rng(0)
+    priorities = [rng.uniform(0.1, 2.0, workload.sample_batch_size) for _ in range(16)]
+
+    def step(i: int) -> None:
+        _, info = buffer.get_next(workload.sample_batch_size, workload.num_steps)
+        buffer.update_priorities(info.ids[:, 0], priorities[i % len(priorities)])
+
+    step(0)
+    return _time(lambda: _repeat(step, num_batches))
+
+
+class TFBuffersTFPrioritized(TFBuffersTF):
+    """tfbuffers.TFPrioritizedReplayBuffer (alpha 0.6)."""
+
+    name = "tfbuffers TF prioritized"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tfbuffers.TFPrioritizedReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
+        _TFBuffer.__init__(self, workload, buffer)
+
+    def sample_update(self, num_batches: int) -> float:
+        return _sample_update(self.buffer, self.workload, num_batches)
+
+    # The uniform buffer's paths, priorities aside: measured once, on it.
+    deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
+    save_load = System.save_load  # type: ignore[assignment]
+
+
+class TFBuffersPyPrioritized(TFBuffersPy):
+    """tfbuffers.PyPrioritizedReplayBuffer (alpha 0.6)."""
+
+    name = "tfbuffers py prioritized"
+
+    def __init__(self, workload: Workload) -> None:
+        System.__init__(self, workload)
+        self.buffer = tfbuffers.PyPrioritizedReplayBuffer(
+            workload.spec, batch_size=workload.num_envs, max_length=workload.max_length
+        )
+
+    def sample_update(self, num_batches: int) -> float:
+        return _sample_update(self.buffer, self.workload, num_batches)
+
+    def stored_bytes(self) -> int:
+        return super().stored_bytes() + self.buffer._priorities.nbytes + self.buffer._tree.nbytes
+
+    deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
+    save_load = System.save_load  # type: ignore[assignment]
+
+
 class TFAgentsPy(System):
     """tf_agents PyUniformReplayBuffer: batches of one only, so one add per environment per step."""
 
@@ -396,6 +465,68 @@ class TFAgentsReverb(System):
             observer.close()
         self.server.stop()
         shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+
+class Cpprb(System):
+    """cpprb's ReplayBuffer: all environments' frames in one add, transitions (frame and next observation) sampled.
+
+    A sample of `sample_batch_size` transitions holds `sample_batch_size * 2` observations, as the other
+    systems' windows of 2 frames do (the next observation is stored once, `next_of`).
+    """
+
+    name = "cpprb uniform"
+    requires = ("cpprb",)
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        import cpprb
+
+        fields = specs.flatten_spec(workload.spec)  # in tf.nest's order, named by path
+        self.paths = [field.path for field in fields]
+        env_dict = {
+            field.path: {"shape": field.spec.shape.as_list() or 1, "dtype": field.spec.dtype.as_numpy_dtype}
+            for field in fields
+        }
+        self.buffer = self._make(cpprb, workload.frames, env_dict)
+
+    def _make(self, cpprb: Any, size: int, env_dict: dict[str, Any]) -> Any:
+        return cpprb.ReplayBuffer(size, env_dict, next_of=("observation",))
+
+    def add(self, batch: Any) -> None:
+        leaves = dict(zip(self.paths, tf.nest.flatten(batch)))
+        self.buffer.add(**leaves, next_observation=leaves["observation"])
+
+    def _sample(self) -> Any:
+        return self.buffer.sample(self.workload.sample_batch_size)
+
+    def get_next(self, num_batches: int) -> float:
+        self._sample()
+        return _time(lambda: [self._sample() for _ in range(num_batches)])
+
+    def stored_bytes(self) -> int:
+        return self.buffer.get_buffer_size() * self.workload.payload_bytes  # its arrays hold the payload
+
+
+class CpprbPER(Cpprb):
+    """cpprb's PrioritizedReplayBuffer (alpha 0.6): C++ sum and min trees."""
+
+    name = "cpprb PER"
+
+    def _make(self, cpprb: Any, size: int, env_dict: dict[str, Any]) -> Any:
+        return cpprb.PrioritizedReplayBuffer(size, env_dict, alpha=0.6, next_of=("observation",))
+
+    def _sample(self) -> Any:
+        return self.buffer.sample(self.workload.sample_batch_size, beta=PRIORITY_BETA)
+
+    def sample_update(self, num_batches: int) -> float:
+        rng = np.random.default_rng(0)
+        priorities = [rng.uniform(0.1, 2.0, self.workload.sample_batch_size) for _ in range(16)]
+
+        def step(i: int) -> None:
+            self.buffer.update_priorities(self._sample()["indexes"], priorities[i % len(priorities)])
+
+        step(0)
+        return _time(lambda: _repeat(step, num_batches))
 
 
 class NumpyLimit(System):
@@ -530,11 +661,21 @@ SYSTEMS: list[type[System]] = [
     TFAgentsTF,
     TFBuffersPy,
     TFAgentsPy,
+    TFBuffersTFPrioritized,
+    TFBuffersPyPrioritized,
+    Cpprb,
+    CpprbPER,
     TFAgentsReverb,
     NumpyLimit,
     BareVariables,
     TFDataCeiling,
 ]
+
+
+WHY_MISSING = {
+    "reverb": " (dm-reverb has wheels for Python 3.11 and older only)",
+    "cpprb": " (pip install cpprb, or the 'all' or 'current' extra)",
+}
 
 
 def available_systems() -> tuple[list[type[System]], dict[str, str]]:
@@ -544,9 +685,8 @@ def available_systems() -> tuple[list[type[System]], dict[str, str]]:
     for cls in SYSTEMS:
         missing = [module for module in cls.requires if importlib.util.find_spec(module) is None]
         if missing:
-            left_out[cls.name] = (
-                f"needs {', '.join(missing)}, not installed here (dm-reverb has wheels for Python 3.11 and older only)"
-            )
+            why = WHY_MISSING.get(missing[0], "")
+            left_out[cls.name] = f"needs {', '.join(missing)}, not installed here{why}"
         else:
             kept.append(cls)
     return kept, left_out
@@ -599,6 +739,9 @@ def run_workload(
                 direct = system.get_next(sample_batches)
                 if direct is not None:
                     samples["get_next"][system.name].append(sample_batches * frames_per_sample / direct)
+                updated = system.sample_update(sample_batches)
+                if updated is not None:
+                    samples["sample_update"][system.name].append(sample_batches * frames_per_sample / updated)
                 deterministic = system.deterministic_pass(pass_elements)
                 if deterministic is not None:
                     samples["deterministic_pass"][system.name].append(deterministic[1] / deterministic[0])

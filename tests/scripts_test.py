@@ -173,8 +173,14 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     for result in results["workloads"].values():
         measures = result["measures"]
         assert set(measures["add_eager"]) == systems - {"tf.data ceiling"}
-        assert set(measures["add_graph"]) == {"tfbuffers TF", "TF-Agents TF", "bare tf.Variable"}
-        assert set(measures["sample_dataset"]) == systems - {"numpy limit"}
+        assert set(measures["add_graph"]) == {
+            "tfbuffers TF",
+            "TF-Agents TF",
+            "tfbuffers TF prioritized",
+            "bare tf.Variable",
+        }
+        assert set(measures["sample_update"]) == {"tfbuffers TF prioritized", "tfbuffers py prioritized", "cpprb PER"}
+        assert set(measures["sample_dataset"]) == systems - {"numpy limit", "cpprb uniform", "cpprb PER"}
         assert set(measures["get_next"]) == systems - {"TF-Agents Reverb", "tf.data ceiling"}
         assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
         assert all(entry["median"] > 0 and entry["runs"] == 1 for m in measures.values() for entry in m.values())
@@ -186,6 +192,8 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         assert "tfbuffers TF / TF-Agents TF" in result["ratios"]["sample_dataset"]
         assert "tfbuffers TF / bare tf.Variable" in result["ratios"]["add_graph"]
         assert "tfbuffers py / bare tf.Variable" not in result["ratios"]["add_graph"]
+        assert "tfbuffers py prioritized / cpprb PER" in result["ratios"]["sample_update"]
+        assert "tfbuffers TF prioritized / tfbuffers TF" in result["ratios"]["get_next"]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "results.md").read_text()
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
