@@ -38,12 +38,19 @@ class RingModel:
         self.batch_size, self.max_length = batch_size, max_length
         self.added = 0
         self.codes: dict[int, np.ndarray] = {}  # add number -> the B codes of that add
+        self.priorities: dict[int, float] = {}  # frame id -> priority (prioritized buffers)
+        self.max_priority = 1.0
 
     def add(self, codes: np.ndarray) -> np.ndarray:
         self.codes[self.added] = codes
-        self.codes.pop(self.added - self.max_length, None)
+        gone = self.codes.pop(self.added - self.max_length, None)
+        if gone is not None:
+            for segment in range(self.batch_size):
+                self.priorities.pop((self.added - self.max_length) * self.batch_size + segment, None)
         self.added += 1
-        return (self.added - 1) * self.batch_size + np.arange(self.batch_size)
+        ids = (self.added - 1) * self.batch_size + np.arange(self.batch_size)
+        self.add_priorities(ids)
+        return ids
 
     def oldest(self) -> int:
         return self.added - min(self.added, self.max_length)
@@ -66,6 +73,36 @@ class RingModel:
     def clear(self) -> None:
         self.added = 0
         self.codes.clear()
+        self.priorities.clear()
+        self.max_priority = 1.0
+
+    # Priorities, for prioritized buffers: every frame's, by id; new frames get the largest given so far.
+
+    def add_priorities(self, ids: np.ndarray) -> None:
+        for frame_id in ids.tolist():
+            self.priorities[frame_id] = self.max_priority
+
+    def update(self, ids: list[int], priorities: list[float]) -> int:
+        """Applies an update the buffer accepted; returns how many ids were skipped (overwritten)."""
+        skipped = 0
+        for frame_id, priority in zip(ids, priorities):
+            if frame_id // self.batch_size < self.oldest():
+                skipped += 1
+                continue
+            self.priorities[frame_id] = priority
+            self.max_priority = max(self.max_priority, priority)
+        return skipped
+
+    def start_probabilities(self, num_steps: int, exponent: float) -> dict[int, float]:
+        """Each window start's draw probability (only starts above 0); empty if every window weighs 0."""
+        last_start = self.added - num_steps  # windows must not run past the newest add
+        weights = {
+            frame_id: priority**exponent
+            for frame_id, priority in self.priorities.items()
+            if self.oldest() <= frame_id // self.batch_size <= last_start and priority > 0
+        }
+        total = sum(weights.values())
+        return {frame_id: weight / total for frame_id, weight in weights.items()}
 
 
 def bad_batches(batch_size: int) -> list[tuple[str, object, type[Exception]]]:
@@ -124,6 +161,10 @@ class BufferMachine(RuleBasedStateMachine):
             with pytest.raises(tf.errors.InvalidArgumentError, match="is empty. Make sure|per segment so far"):
                 self.buffer.get_next(sample_batch_size, num_steps)
             return
+        if self.prioritized and not self.model.start_probabilities(num_steps or 1, self.buffer.priority_exponent):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="every window that can be drawn has priority 0"):
+                self.buffer.get_next(sample_batch_size, num_steps)
+            return
         items, info = self.buffer.get_next(sample_batch_size, num_steps)
         codes, ids = stress.check_whole(items), np.asarray(info.ids)
         outer = ([] if sample_batch_size is None else [sample_batch_size]) + ([] if num_steps is None else [num_steps])
@@ -131,7 +172,42 @@ class BufferMachine(RuleBasedStateMachine):
         assert [self.model.code_of(i) for i in ids.ravel()] == codes.ravel().tolist()
         if num_steps:
             assert np.all(np.diff(ids.reshape(-1, num_steps), axis=-1) == self.model.batch_size)
-        np.testing.assert_array_equal(np.asarray(info.probabilities), np.full(outer[:1], 1 / windows, np.float32))
+        if not self.prioritized:
+            np.testing.assert_array_equal(np.asarray(info.probabilities), np.full(outer[:1], 1 / windows, np.float32))
+            return
+        expected = self.model.start_probabilities(num_steps or 1, self.buffer.priority_exponent)
+        starts = ids.reshape(-1, num_steps or 1)[:, 0]
+        assert set(starts.tolist()) <= set(expected)  # only windows above 0, never past the newest frame
+        probabilities = np.asarray(info.probabilities).ravel()
+        np.testing.assert_allclose(probabilities, [expected[s] for s in starts.tolist()], rtol=1e-6)
+
+    @property
+    def prioritized(self) -> bool:
+        return hasattr(self.buffer, "update_priorities")
+
+    @precondition(lambda self: hasattr(self, "buffer") and hasattr(self.buffer, "update_priorities"))
+    @rule(
+        ids=st.lists(st.integers(-1, 40), min_size=1, max_size=6),
+        priorities=st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, -1.0, float("nan")]), min_size=6, max_size=6),
+    )
+    def update_priorities(self, ids: list[int], priorities: list[float]) -> None:
+        priorities = priorities[: len(ids)]
+        next_id = self.model.added * self.model.batch_size
+        bad = [p for p in priorities if not p >= 0] or [i for i in ids if not 0 <= i < next_id]
+        if bad:
+            with pytest.raises((ValueError, tf.errors.InvalidArgumentError)):
+                self.buffer.update_priorities(np.array(ids), np.array(priorities))
+        else:
+            skipped = self.buffer.update_priorities(np.array(ids), np.array(priorities))
+            assert int(skipped) == self.model.update(ids, priorities)
+        stored = self._stored_ids().ravel()
+        rows = ((stored // self.model.batch_size) % self.model.max_length) * self.model.batch_size
+        rows += stored % self.model.batch_size
+        state = self.buffer.state()
+        np.testing.assert_array_equal(
+            state.extras["priority"][rows], [self.model.priorities[i] for i in stored.tolist()]
+        )
+        assert float(state.extras["max_priority"]) == self.model.max_priority
 
     @rule(sample_batch_size=st.one_of(st.none(), st.integers(1, 4)), num_steps=st.one_of(st.none(), st.integers(1, 3)))
     def deterministic_pass(self, sample_batch_size: int | None, num_steps: int | None) -> None:
@@ -182,9 +258,11 @@ class BufferMachine(RuleBasedStateMachine):
         np.testing.assert_array_equal(stress.check_whole(self.buffer.gather_all()), self.model.gather_all())
 
 
-# One machine per registered buffer kind (`conftest.BUFFER_KINDS`).
+# One machine per registered buffer kind (`conftest.BUFFER_KINDS`). The TF prioritized buffer runs half the
+# examples: each costs it a trace per new shape, everything but its priorities is the TF buffer's (30 examples),
+# and its priorities are the py prioritized buffer's arithmetic (30 examples; the cross-check makes them agree).
 for _name in conftest.BUFFER_KINDS:
     _machine = type(f"{_name.capitalize()}Machine", (BufferMachine,), {"kind": _name})
     _case = _machine.TestCase
-    _case.settings = FUZZ_SETTINGS
+    _case.settings = settings(FUZZ_SETTINGS, max_examples=15) if _name == "tf_prioritized" else FUZZ_SETTINGS
     globals()[f"Test{_name.capitalize()}Buffer"] = _case

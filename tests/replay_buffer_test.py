@@ -42,18 +42,32 @@ def test_buffer_info_has_tf_agents_fields():
 
 
 def test_public_names():
-    from tfbuffers import py_uniform_replay_buffer, replay_buffer, state, tf_uniform_replay_buffer
+    from tfbuffers import (
+        prioritized,
+        py_prioritized_replay_buffer,
+        py_uniform_replay_buffer,
+        replay_buffer,
+        state,
+        tf_prioritized_replay_buffer,
+        tf_uniform_replay_buffer,
+    )
 
     assert sorted(tfbuffers.__all__) == [
         "BufferInfo",
         "BufferState",
+        "PyPrioritizedReplayBuffer",
         "PyUniformReplayBuffer",
         "ReplayBuffer",
+        "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
+        "importance_weights",
     ]
     # Each name is the object its module defines, not a stand-in.
     assert tfbuffers.BufferInfo is replay_buffer.BufferInfo
     assert tfbuffers.BufferState is state.BufferState
+    assert tfbuffers.PyPrioritizedReplayBuffer is py_prioritized_replay_buffer.PyPrioritizedReplayBuffer
     assert tfbuffers.PyUniformReplayBuffer is py_uniform_replay_buffer.PyUniformReplayBuffer
     assert tfbuffers.ReplayBuffer is replay_buffer.ReplayBuffer
+    assert tfbuffers.TFPrioritizedReplayBuffer is tf_prioritized_replay_buffer.TFPrioritizedReplayBuffer
+    assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer
