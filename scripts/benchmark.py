@@ -880,6 +880,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
     parser.add_argument("--workloads", default="control,atari", help="comma-separated: control, atari")
+    parser.add_argument(
+        "--systems",
+        default=None,
+        help="comma-separated system names to run (default: every one installed), e.g. 'tfbuffers py,cpprb PER'",
+    )
     parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (default 5, quick 2)")
     parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -900,6 +905,13 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": {},
     }
     classes, left_out = available_systems()
+    if args.systems is not None:
+        wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in {cls.name for cls in SYSTEMS}]
+        if unknown or not wanted:
+            names = ", ".join(cls.name for cls in SYSTEMS)
+            build_parser().error(f"argument --systems: expected names among {names}, got {args.systems!r}")
+        classes = [cls for cls in classes if cls.name in wanted]
     results["systems"] = [cls.name for cls in classes]
     results["left_out"] = left_out
     for name, reason in left_out.items():

@@ -80,5 +80,9 @@ def test_prioritized_buffers_agree_on_priorities_and_probabilities(num_steps):
         _, info = buffer.get_next(sample_batch_size=3000, num_steps=num_steps)
         first = np.asarray(info.ids) if num_steps is None else np.asarray(info.ids)[:, 0]
         drawn.append(dict(zip(first.tolist(), np.asarray(info.probabilities).tolist())))
-    # The same windows can be drawn, each with the same probability, to the bit.
-    assert drawn[0] == drawn[1]
+    # The same windows can be drawn, each with the same probability (the TF buffer's adds add their change to
+    # the tree's sums, the py buffer's recompute them: equal up to float64 rounding).
+    assert sorted(drawn[0]) == sorted(drawn[1])
+    np.testing.assert_allclose(
+        [drawn[0][i] for i in sorted(drawn[0])], [drawn[1][i] for i in sorted(drawn[1])], rtol=1e-6
+    )

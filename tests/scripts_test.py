@@ -289,3 +289,10 @@ def test_the_benchmark_leaves_out_what_cannot_be_imported_and_says_why(monkeypat
     monkeypatch.undo()
     if real("reverb") is not None:  # the pinned stack has everything
         assert benchmark.available_systems() == (benchmark.SYSTEMS, {})
+
+
+def test_the_benchmark_refuses_unknown_systems(capsys):
+    with pytest.raises(SystemExit) as exited:
+        benchmark.main(["--systems", "tfbuffers py,fastest buffer"])
+    assert exited.value.code == 2
+    assert "argument --systems: expected names among tfbuffers TF, TF-Agents TF" in capsys.readouterr().err

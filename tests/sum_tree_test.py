@@ -175,3 +175,54 @@ def test_the_tensorflow_tree_matches_numpys(in_function):
         expected, expected_total = find_numpy(tree, capacity, targets, start, length)
         np.testing.assert_array_equal(found.numpy(), expected)
         assert [float(x) for x in total] == [float(x) for x in expected_total]
+
+
+def test_leaves_set_alone_then_ancestors_recomputed_give_the_built_tree():
+    rng = np.random.default_rng(4)
+    capacity = 96
+    tree, leaves = st.empty(capacity), np.zeros(capacity)
+    stale = []
+    for _ in range(40):
+        first = int(rng.integers(0, capacity // 8)) * 8
+        values = random_leaves(rng, 8)
+        st.set_leaves_numpy(tree, capacity, slice(first, first + 8), values)
+        leaves[first : first + 8] = values
+        stale.append(first)
+        if rng.random() < 0.3:
+            st.recompute_ancestors_numpy(tree, capacity, (np.array(stale)[:, None] + np.arange(8)).ravel())
+            stale = []
+            np.testing.assert_array_equal(tree, st.build(leaves, capacity))
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_block_adds_keep_exact_leaves_and_counts_and_sums_within_rounding(in_function):
+    # The TF buffer's adds: the change of a contiguous block of leaves added to every ancestor in one op.
+    rng = np.random.default_rng(5)
+    capacity, block = 1000, 8
+    variable = tf.Variable(st.empty(capacity))
+    leaves = np.zeros(capacity)
+
+    def add(first, values):
+        st.add_block_variable(variable, capacity, first, values)
+
+    def update(index, values):
+        st.update_variable(variable, capacity, index, values)
+
+    if in_function:
+        add, update = tf.function(add), tf.function(update)
+    for step in range(300):
+        first = int(rng.integers(0, capacity // block)) * block
+        values = random_leaves(rng, block)
+        add(tf.constant(first, tf.int64), tf.constant(values))
+        leaves[first : first + block] = values
+        if step % 10 == 0:  # a learner's update now and then: exact recomputation of its paths
+            index = rng.integers(0, capacity, 20)
+            values = random_leaves(rng, 20)
+            update(tf.constant(index), tf.constant(values))
+            for i, v in zip(index, values):
+                leaves[i] = v
+    built, tree = st.build(leaves, capacity), variable.numpy()
+    size = st.leaf_count(capacity)
+    np.testing.assert_array_equal(tree[size:], built[size:])  # the leaves exactly
+    np.testing.assert_array_equal(tree[:, st.POSITIVE], built[:, st.POSITIVE])  # every count exactly
+    np.testing.assert_allclose(tree[1:, st.SUM], built[1:, st.SUM], rtol=1e-12, atol=1e-12)

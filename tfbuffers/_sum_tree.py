@@ -7,10 +7,14 @@ children `2i` and `2i + 1`, leaf `j` is node `P + j`, node 0 is unused. Column
 how many of those leaves are above 0 (exact: integers in float64).
 
 Updates set leaves, then recompute every ancestor from its two children, level
-by level (`depth` vectorised steps for a whole batch of leaves). A node's sum is
-never adjusted by a difference, so it depends only on the current leaves, not on
-the history of updates: no rounding error accumulates over a long run, and each
-node is within `depth` float64 roundings (about 1e-15 relative) of the exact sum.
+by level (`depth` vectorised steps for a whole batch of leaves). A node so
+recomputed depends only on the current leaves, not on the history of updates: no
+rounding error accumulates, and each node is within `depth` float64 roundings
+(about 1e-15 relative) of the exact sum. The numpy buffer defers the ancestors of
+its adds' rows and recomputes them this way before the next draw or update. The
+TF buffer's adds, where each op counts, add the change of their contiguous leaves
+to every ancestor in one op (`add_block_variable`), at the price of float64
+rounding carried in those sums (bounded below; counts stay exact).
 
 A draw descends from the root, one vectorised step per level, towards the leaf
 whose cumulative sum interval holds its target. Leaves can be masked for one
@@ -166,30 +170,52 @@ def find(ops: Ops, tree: Any, capacity: int, targets: Any, leaf_mask: Mask | Non
     size = leaf_count(capacity)
     nodes = ops.roots(targets)
     remaining = targets
+    pair = ops.arange(2)
+    # The masked (sum, count) below the current node: the whole mask's at the root, then carried down, so
+    # that each level computes the left child's alone (the right child's is the rest).
+    masked = None if leaf_mask is None else ops.gather(leaf_mask.running, leaf_mask.length)
     span = size
     for _ in range(depth(capacity)):
         span //= 2
-        children = ops.gather(tree, 2 * nodes[..., None] + ops.arange(2))  # [..., 2 children, 2 columns]
+        children = ops.gather(tree, 2 * nodes[..., None] + pair)  # [..., 2 children, 2 columns]
         left, right = children[..., 0, :], children[..., 1, :]
         if leaf_mask is not None:
             low = (2 * nodes - (size // span)) * span  # the left child's first leaf
-            left = left - leaf_mask.below(ops, low, low + span)
-            right = right - leaf_mask.below(ops, low + span, low + 2 * span)
+            masked_left = leaf_mask.below(ops, low, low + span)
+            masked_right = masked - masked_left
+            left, right = left - masked_left, right - masked_right
         go_right = (right[..., POSITIVE] > 0) & ((left[..., POSITIVE] <= 0) | (remaining >= left[..., SUM]))
         remaining = ops.where(go_right, ops.maximum(remaining - left[..., SUM], 0.0), remaining)
         nodes = 2 * nodes + ops.int64(go_right)
+        if leaf_mask is not None:
+            masked = ops.where(go_right[..., None], masked_right, masked_left)
     return nodes - size
 
 
 def update_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray, values: np.ndarray) -> None:
     """Sets `leaves` (int64, 1-D; a repeated leaf takes its last value) to `values` (float64 >= 0), in place."""
     leaves, values = NUMPY.last_of_each(leaves, values)
-    nodes = leaf_count(capacity) + leaves
+    set_leaves_numpy(tree, capacity, leaves, values)
+    recompute_ancestors_numpy(tree, capacity, leaves)
+
+
+def set_leaves_numpy(tree: np.ndarray, capacity: int, leaves: Any, values: np.ndarray) -> None:
+    """Sets the leaves alone (distinct indices, or a slice); their ancestors are stale until recomputed."""
+    if isinstance(leaves, slice):
+        size = leaf_count(capacity)
+        nodes: Any = slice(size + leaves.start, size + leaves.stop)
+    else:
+        nodes = leaf_count(capacity) + leaves
     tree[nodes, SUM] = values
     tree[nodes, POSITIVE] = values > 0
+
+
+def recompute_ancestors_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray) -> None:
+    """Recomputes every ancestor of `leaves` from its two children, level by level, in place."""
+    nodes = np.unique((leaf_count(capacity) + leaves) // 2)
     for _ in range(depth(capacity)):
-        nodes = nodes // 2
         tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
+        nodes = np.unique(nodes // 2)
 
 
 def update_variable(
@@ -209,3 +235,27 @@ def update_variable(
             children = tf.gather(tree, tf.stack([2 * nodes, 2 * nodes + 1], -1))
         update = tree.scatter_nd_update(nodes[:, None], tf.reduce_sum(children, 1))
     return update
+
+
+def add_block_variable(tree: tf.Variable, capacity: int, first_leaf: tf.Tensor, values: tf.Tensor) -> tf.Operation:
+    """Sets the contiguous leaves `first_leaf + [0, len(values))` and adds the change to all their ancestors.
+
+    Three ops whatever the depth (a gather, a scatter of the leaves, one scatter-add to every ancestor),
+    for an add's block of rows. The ancestors' sums then carry the float64 rounding of each addition
+    (relative 1e-16 per add, about 1e-11 after a billion adds if the roundings do not cancel); their
+    positive counts stay exact. A restore or clear rebuilds them from the leaves, and `update_variable`
+    recomputes the ancestors it touches from their children.
+    """
+    size = leaf_count(capacity)
+    nodes = size + first_leaf + tf.range(tf.size(values, out_type=tf.int64), dtype=tf.int64)
+    old = tf.gather(tree, nodes)
+    new = tf.stack([values, tf.cast(values > 0, tf.float64)], -1)
+    with tf.control_dependencies([old]):
+        leaves = tree.scatter_nd_update(nodes[:, None], new)
+    levels = depth(capacity)
+    if levels == 0:
+        return leaves
+    ancestors = nodes[None, :] // tf.constant(2 ** np.arange(1, levels + 1), tf.int64)[:, None]  # [levels, B]
+    changes = tf.broadcast_to((new - old)[None], [levels, tf.size(nodes), 2])
+    with tf.control_dependencies([leaves]):
+        return tree.scatter_nd_add(tf.reshape(ancestors, [-1, 1]), tf.reshape(changes, [-1, 2]))

@@ -1,7 +1,7 @@
 """How threads share a TF buffer: one writer at a time, lock-free readers that check what they read.
 
-Writers (`add_batch`, `clear`, restoring a state; a prioritized buffer's
-priority updates will be writers too) build their graph with `exclusive`, the
+Writers (`add_batch`, `clear`, restoring a state, a prioritized buffer's
+`update_priorities`) build their graph with `exclusive`, the
 same graph for eager callers (through a compiled `tf.function`) and for graph
 callers (a driver's `tf.while_loop`):
 
@@ -17,14 +17,18 @@ callers (a driver's `tf.while_loop`):
    writers also take a Python lock, so any number of threads may call them.
 3. The write runs, then the lock is released (`AssignSubVariableOp`).
 
-A learner thread that updates priorities while a driver thread adds in a graph
-is a second graph writer: it will retry the lock a bounded number of times
-before refusing (the retry loop costs about a microsecond per write, paid only
-by the writers that need it), and eager calls serialize as they do today.
+A learner thread that updates priorities inside a graph while a driver thread
+adds inside another is a second writer while the graph one holds the lock, and is
+refused like any other, changing nothing: make every writer eager (eager writers
+take turns) or guard the writers with one lock. A bounded retry of the lock would
+let graph writers take turns, at the price of a loop in every graph write.
+
+Writers that change what readers cannot tell from the counter (`clear`, a
+restore, priority updates) keep `generation` odd while they write (`rewrite`).
 
 Readers take no lock (a seqlock): they read `generation` and the counter,
 gather, then read `writers`, the counter and `generation` again. What they
-gathered is whole iff the generation is unchanged and every add it read is at
+gathered is whole iff the generation is unchanged and even, and every add it read is at
 least `added' + writers' - max_length`, i.e. no write that began before the
 gather ended overwrote it. Otherwise they read again, at most `READ_ATTEMPTS`
 times, then fail with `READ_BUSY`: no read waits without bound.

@@ -87,9 +87,10 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         self._priority_exponent = priority_exponent
         self._priorities = np.zeros(self.capacity, np.float64)
         self._tree = _sum_tree.empty(self.capacity)
+        self._stale: list[int] = []  # first rows of blocks added since the tree's ancestors were last recomputed
         self._max_priority = 1.0
         self._sampler = _sampling.PrioritizedSampler(
-            type(self).__name__, self._batch_size, self._max_length, lambda: self._tree
+            type(self).__name__, self._batch_size, self._max_length, self._current_tree
         )
 
     @property
@@ -144,18 +145,38 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities[rows] = priorities
         weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        self._refresh_locked()
         _sum_tree.update_numpy(self._tree, self.capacity, rows, weights)
+
+    def _current_tree(self) -> np.ndarray:
+        """The tree with every ancestor up to date (the sampler calls it under the lock)."""
+        self._refresh_locked()
+        return self._tree
+
+    def _refresh_locked(self) -> None:
+        # Adds only set their rows' leaves: their ancestors are recomputed here, once for all the
+        # adds since the last draw or update, level by level from their children.
+        if self._stale:
+            rows = (np.asarray(self._stale, np.int64)[:, None] + np.arange(self._batch_size)).ravel()
+            _sum_tree.recompute_ancestors_numpy(self._tree, self.capacity, rows)
+            self._stale = []
 
     # Hooks of PyUniformReplayBuffer, under its lock.
 
     def _stored_locked(self, added: int) -> None:
-        first = _ring.block_start(added, self._max_length, self._batch_size)
-        rows = first + np.arange(self._batch_size, dtype=np.int64)
-        self._set_locked(rows, np.full(self._batch_size, self._max_priority))
+        first = int(_ring.block_start(added, self._max_length, self._batch_size))
+        rows = slice(first, first + self._batch_size)
+        self._priorities[rows] = self._max_priority
+        weight = prioritized.leaf_weights(np.float64(self._max_priority), self._priority_exponent)
+        _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, weight)
+        if len(self._stale) >= self._max_length:  # a whole ring of stale blocks: recompute now, bounded work
+            self._refresh_locked()
+        self._stale.append(first)
 
     def _cleared_locked(self) -> None:
         self._priorities[:] = 0.0
         self._tree[:] = 0.0
+        self._stale = []
         self._max_priority = 1.0
 
     def _extras_locked(self) -> dict[str, np.ndarray]:
@@ -166,6 +187,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
 
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         np.copyto(self._priorities, extras[prioritized.PRIORITY])
+        self._stale = []
         self._tree = _sum_tree.build(prioritized.leaf_weights(self._priorities, self._priority_exponent), self.capacity)
         self._max_priority = float(extras[prioritized.MAX_PRIORITY])
 

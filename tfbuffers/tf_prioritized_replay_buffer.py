@@ -209,7 +209,11 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
 
     def _block_written(self, first_row: tf.Tensor) -> list[Any]:
         rows = first_row + _OPS.arange(self._batch_size)
-        return self._set(rows, tf.fill([self._batch_size], self._largest.read_value()), distinct=True)
+        priorities = tf.fill([self._batch_size], self._largest.read_value())
+        stored = self._priorities.scatter_nd_update(rows[:, None], priorities)
+        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        # One op for all ancestors rather than one per level: adds are a driver loop's hot path.
+        return [stored, _sum_tree.add_block_variable(self._tree, self.capacity, first_row, weights)]
 
     def _cleared(self) -> list[Any]:
         return [
