@@ -52,6 +52,7 @@ class Backend(NamedTuple):
     tree: _sum_tree.Ops
     """The sum tree's functions on this backend."""
     float32: Callable[[Any], Any]
+    """`(x)`: `x` as float32 (probabilities)."""
 
 
 def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.Tensor:

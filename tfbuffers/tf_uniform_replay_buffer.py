@@ -236,9 +236,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 leaves = self._table.read(sample.rows)
                 validity[:] = [] if sample.valid is True else [sample.invalid_message]
                 checked = [tf.convert_to_tensor(sample.valid)] if validity else []
-                return [*leaves, sample.ids, sample.probabilities, *checked], tf.reduce_min(
-                    sample.ids
-                ) // self._batch_size
+                oldest = tf.reduce_min(sample.ids) // self._batch_size
+                return [*leaves, sample.ids, sample.probabilities, *checked], oldest
 
             outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
             if validity:  # asserted on a whole read only: a torn one was read again
