@@ -674,7 +674,7 @@ SYSTEMS: list[type[System]] = [
 
 WHY_MISSING = {
     "reverb": " (dm-reverb has wheels for Python 3.11 and older only)",
-    "cpprb": " (pip install cpprb, or the 'all' or 'current' extra)",
+    "cpprb": " (the 'all', 'current' and 'scripts' extras install it; cpprb 11.0 has wheels for Python 3.12 and older)",
 }
 
 
