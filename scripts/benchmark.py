@@ -333,10 +333,15 @@ class TFBuffersPy(System):
         return sum(a.nbytes for a in self.buffer._table.arrays)
 
 
+def _priority_batches(workload: Workload) -> list[np.ndarray]:
+    """16 batches of new priorities, made before any timing, that every prioritized system is given."""
+    rng = np.random.default_rng(0)
+    return [rng.uniform(0.1, 2.0, workload.sample_batch_size) for _ in range(16)]
+
+
 def _sample_update(buffer: Any, workload: Workload, num_batches: int) -> float:
     """`get_next`, then `update_priorities` of the windows' first frames, as a learner does after a step."""
-    rng = np.random.default_rng(0)
-    priorities = [rng.uniform(0.1, 2.0, workload.sample_batch_size) for _ in range(16)]
+    priorities = _priority_batches(workload)
 
     def step(i: int) -> None:
         _, info = buffer.get_next(workload.sample_batch_size, workload.num_steps)
@@ -519,8 +524,7 @@ class CpprbPER(Cpprb):
         return self.buffer.sample(self.workload.sample_batch_size, beta=PRIORITY_BETA)
 
     def sample_update(self, num_batches: int) -> float:
-        rng = np.random.default_rng(0)
-        priorities = [rng.uniform(0.1, 2.0, self.workload.sample_batch_size) for _ in range(16)]
+        priorities = _priority_batches(self.workload)
 
         def step(i: int) -> None:
             self.buffer.update_priorities(self._sample()["indexes"], priorities[i % len(priorities)])

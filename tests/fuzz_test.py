@@ -193,10 +193,13 @@ class BufferMachine(RuleBasedStateMachine):
     def update_priorities(self, ids: list[int], priorities: list[float]) -> None:
         priorities = priorities[: len(ids)]
         next_id = self.model.added * self.model.batch_size
-        bad = [p for p in priorities if not p >= 0] or [i for i in ids if not 0 <= i < next_id]
+        bad_priority = any(not p >= 0 for p in priorities)  # checked first, then the ids
+        bad = bad_priority or any(not 0 <= i < next_id for i in ids)
         if bad:
-            with pytest.raises((ValueError, tf.errors.InvalidArgumentError)):
+            with pytest.raises((ValueError, tf.errors.InvalidArgumentError)) as raised:
                 self.buffer.update_priorities(np.array(ids), np.array(priorities))
+            expected = "priorities: expected finite values >= 0" if bad_priority else "ids: expected ids"
+            assert expected in str(raised.value)
         else:
             skipped = self.buffer.update_priorities(np.array(ids), np.array(priorities))
             assert int(skipped) == self.model.update(ids, priorities)

@@ -251,7 +251,8 @@ def test_restored_priorities_are_checked(name):
     bad = dict(state.extras, **{prioritized.PRIORITY: np.where(state.extras[prioritized.PRIORITY] > 3, -1.0, 1.0)})
     with pytest.raises(ValueError) as raised:
         buffer.restore_state(tfbuffers.BufferState(**{**state.__dict__, "extras": bad}))
-    assert str(raised.value) == "state: priority: expected finite values >= 0"
+    first_bad = int(np.flatnonzero(bad[prioritized.PRIORITY] < 0)[0])
+    assert str(raised.value) == f"state: priority: expected finite values >= 0, got -1.0 at index {first_bad}"
     low = dict(state.extras, **{prioritized.MAX_PRIORITY: np.array(2.0)})
     with pytest.raises(ValueError) as raised:
         buffer.restore_state(tfbuffers.BufferState(**{**state.__dict__, "extras": low}))

@@ -68,8 +68,11 @@ def state_template(uniform: state_lib.BufferState, capacity: int) -> state_lib.B
 def check_extras(extras: dict[str, np.ndarray], source: str) -> None:
     """Raises a ValueError unless a state's priorities are finite and >= 0, and its max_priority >= all of them."""
     priorities, largest = extras[PRIORITY], extras[MAX_PRIORITY]
-    if not (np.isfinite(priorities).all() and (priorities >= 0).all()):
-        raise ValueError(f"{source}: {PRIORITY}: expected finite values >= 0")
+    bad = np.flatnonzero(~np.isfinite(priorities) | (priorities < 0))
+    if bad.size:
+        raise ValueError(
+            f"{source}: {PRIORITY}: expected finite values >= 0, got {priorities[bad[0]]} at index {int(bad[0])}"
+        )
     if not (np.isfinite(largest) and largest >= priorities.max(initial=0.0)):
         raise ValueError(f"{source}: {MAX_PRIORITY}: expected a finite value >= every priority, got {largest}")
 
