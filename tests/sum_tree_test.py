@@ -226,3 +226,81 @@ def test_block_adds_keep_exact_leaves_and_counts_and_sums_within_rounding(in_fun
     np.testing.assert_array_equal(tree[size:], built[size:])  # the leaves exactly
     np.testing.assert_array_equal(tree[:, st.POSITIVE], built[:, st.POSITIVE])  # every count exactly
     np.testing.assert_allclose(tree[1:, st.SUM], built[1:, st.SUM], rtol=1e-12, atol=1e-12)
+
+
+# The numpy buffer's draws: `find_numpy` (a whole level, then several levels per step) and `draw_numpy`.
+STEPPINGS = [(0, 1), (1, 3), (2, 4), (3, 2), (12, 4)]
+
+
+@pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
+@pytest.mark.parametrize("capacity", [1, 2, 6, 64, 777, 5000])
+def test_the_few_call_descent_lands_where_the_cumulative_sum_says(capacity, top_level, levels_per_step):
+    rng = np.random.default_rng(capacity + top_level)
+    leaves = random_leaves(rng, capacity)
+    leaves[rng.integers(capacity)] = 1.0
+    tree = st.build(leaves, capacity)
+
+    def find(targets):
+        return st.find_numpy(tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
+
+    targets, expected = midpoint_targets(leaves, np.ones(capacity, bool))
+    np.testing.assert_array_equal(find(targets), expected)
+    total = tree[1, st.SUM]
+    positive_leaves = np.flatnonzero(leaves)
+    edges = find(np.array([0.0, np.nextafter(total, 0), total, total * 2]))
+    assert edges.tolist() == [positive_leaves[0]] + [positive_leaves[-1]] * 3
+
+
+@pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
+def test_the_few_call_descent_never_reaches_a_zero_leaf_whatever_the_rounding(top_level, levels_per_step):
+    rng = np.random.default_rng(6)
+    capacity = 20_000
+    leaves = np.where(rng.random(capacity) < 0.5, 0.0, 10.0 ** rng.uniform(-300, 300, capacity))
+    tree = st.build(leaves, capacity)
+    targets = np.concatenate([rng.random(5000), np.linspace(0, 1, 1001)]) * tree[1, st.SUM]
+    found = st.find_numpy(tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
+    assert (leaves[found] > 0).all()
+    # The largest leaves hold all the weight there: each target lands on the leaf whose interval holds it.
+    np.testing.assert_array_equal(found, np.searchsorted(np.cumsum(leaves), targets, side="right"))
+
+
+@pytest.mark.parametrize(
+    ("masked_weight", "redraws"),
+    [(1.0, 2), (1e6, 2), (1e6, 0)],  # the mask holding little, or nearly all, of the weight; no redraws at all
+)
+def test_draws_with_a_mask_follow_the_unmasked_leaves_proportionally(monkeypatch, masked_weight, redraws):
+    # Draws landing in the mask are drawn again, then (rounds spent) found by the masked descent:
+    # either way only unmasked leaves, in their proportions.
+    monkeypatch.setattr(st, "_REDRAWS", redraws)
+    rng = np.random.default_rng(7)
+    capacity, start, length = 6000, 5990, 30
+    leaves = random_leaves(rng, capacity)
+    keep = unmasked(capacity, start, length)
+    leaves[~keep] = masked_weight
+    tree = st.build(leaves, capacity)
+    leaf_mask = st.mask(st.NUMPY, tree, capacity, np.int64(start), np.int64(length))
+    draws = 300_000
+    found = st.draw_numpy(tree, capacity, rng.random, [draws // 100, 100], leaf_mask)
+    assert found.shape == (draws // 100, 100)
+    counts = np.bincount(found.ravel(), minlength=capacity)
+    assert (counts[~keep] == 0).all() and (counts[leaves == 0] == 0).all()
+    # Leaves grouped in 60 bins of 100: a chi-square over the bins against the unmasked proportions.
+    expected = np.where(keep, leaves, 0).reshape(60, 100).sum(1) / leaves[keep].sum() * draws
+    observed = counts.reshape(60, 100).sum(1)
+    present = expected > 0
+    chi2 = (((observed - expected) ** 2)[present] / expected[present]).sum()
+    dof = np.count_nonzero(present) - 1
+    assert chi2 < dof + 5 * math.sqrt(2 * dof)  # fixed seed: the statistic is a fixed number
+
+
+def test_many_leaves_recomputed_at_once_give_the_built_tree():
+    # A refresh of many adds: above 4096 listed nodes each level's nodes are made distinct first.
+    rng = np.random.default_rng(8)
+    capacity = 1 << 15
+    tree, leaves = st.empty(capacity), np.zeros(capacity)
+    index = rng.choice(capacity, 10_000, replace=False)
+    values = random_leaves(rng, index.size)
+    st.set_leaves_numpy(tree, capacity, index, values)
+    leaves[index] = values
+    st.recompute_ancestors_numpy(tree, capacity, np.concatenate([index, index[:100]]))
+    np.testing.assert_array_equal(tree, st.build(leaves, capacity))

@@ -47,8 +47,9 @@ class Backend(NamedTuple):
     """`(condition, a, b)`: `a` if `condition` else `b` (a string tensor in TensorFlow)."""
     full_inverse: Callable[[list[int], Any], Any]
     """`(shape, count)`: a float32 array of `1 / count` (computed in float64)."""
-    uniform_floats: Callable[[list[int], list[Any]], Any]
-    """`(shape, after)`: float64 uniform in `[0, 1)`, drawn once the `after` checks passed."""
+    draw_leaves: Callable[[Any, int, list[int], list[Any], Any, Any], Any]
+    """`(tree, capacity, shape, after, total, mask)`: sum-tree leaves drawn in proportion to their values, none
+    in `mask`, once the `after` checks passed (`total`: the unmasked leaves' sum)."""
     tree: _sum_tree.Ops
     """The sum tree's functions on this backend."""
     float32: Callable[[Any], Any]
@@ -66,9 +67,10 @@ def _tf_require(condition: Any, message: Any) -> Any:
     return tf.debugging.Assert(condition, [message])
 
 
-def _tf_uniform_floats(shape: list[int], after: list[Any]) -> tf.Tensor:
+def _tf_draw_leaves(tree: Any, capacity: int, shape: list[int], after: list[Any], total: Any, mask: Any) -> Any:
     with tf.control_dependencies(after):
-        return tf.random.uniform(shape, dtype=tf.float64)
+        targets = tf.random.uniform(shape, dtype=tf.float64) * total
+    return _sum_tree.find(_sum_tree.TENSORFLOW, tree, capacity, targets, mask)
 
 
 TENSORFLOW = Backend(
@@ -77,7 +79,7 @@ TENSORFLOW = Backend(
     require=_tf_require,
     select=lambda condition, a, b: tf.where(condition, a, b),
     full_inverse=lambda shape, count: tf.fill(shape, tf.cast(1.0 / tf.cast(count, tf.float64), tf.float32)),
-    uniform_floats=_tf_uniform_floats,
+    draw_leaves=_tf_draw_leaves,
     tree=_sum_tree.TENSORFLOW,
     float32=lambda x: tf.cast(x, tf.float32),
 )
@@ -96,7 +98,9 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         require=_np_require,
         select=lambda condition, a, b: a if condition else b,
         full_inverse=lambda shape, count: np.full(shape, 1.0 / count, np.float32),
-        uniform_floats=lambda shape, after: rng.random(shape),
+        draw_leaves=lambda tree, capacity, shape, after, total, mask: _sum_tree.draw_numpy(
+            tree, capacity, rng.random, shape, mask
+        ),
         tree=_sum_tree.NUMPY,
         float32=lambda x: np.asarray(x, np.float32),
     )
@@ -198,9 +202,8 @@ class PrioritizedSampler(Sampler):
         no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
         if backend is not TENSORFLOW:
             backend.require(positive > 0, no_priority)
-        targets = backend.uniform_floats(shape, checks) * total
         # Within the leaves even on a torn read (a concurrent clear or update), which is then read again.
-        rows = backend.ops.minimum(_sum_tree.find(backend.tree, tree, capacity, targets, leaf_mask), capacity - 1)
+        rows = backend.ops.minimum(backend.draw_leaves(tree, capacity, shape, checks, total, leaf_mask), capacity - 1)
         weights = backend.tree.gather(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
         first = _ring.ids_of_rows(backend.ops, rows, added, self._max_length, self._batch_size)
         ids = first[..., None] + backend.ops.arange(num_steps or 1) * self._batch_size

@@ -23,6 +23,13 @@ windows would run past the newest frame): the descent subtracts the masked
 leaves below each node from its sum and count. It steps into a child only if
 that child has an unmasked positive leaf, counted exactly, so whatever the float
 rounding of the sums, a draw always ends on an unmasked leaf above 0.
+
+In numpy each call costs a microsecond or more whatever its size, so
+`draw_numpy` takes fewer, larger steps: one running sum over a whole level near
+the top (4096 nodes) and a `searchsorted` into it, then steps of 16 descendants
+(four levels) per call. It draws from the whole tree and draws again the few
+draws that land in the mask (rejection: the kept draws follow the unmasked
+leaves' proportions exactly), leaving any still masked after that to `find`.
 """
 
 from __future__ import annotations
@@ -192,9 +199,15 @@ def find(ops: Ops, tree: Any, capacity: int, targets: Any, leaf_mask: Mask | Non
     return nodes - size
 
 
-def update_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray, values: np.ndarray) -> None:
-    """Sets `leaves` (int64, 1-D; a repeated leaf takes its last value) to `values` (float64 >= 0), in place."""
-    leaves, values = NUMPY.last_of_each(leaves, values)
+def update_numpy(
+    tree: np.ndarray, capacity: int, leaves: np.ndarray, values: np.ndarray, *, distinct: bool = False
+) -> None:
+    """Sets `leaves` (int64, 1-D; a repeated leaf takes its last value) to `values` (float64 >= 0), in place.
+
+    `distinct=True` skips making repeated leaves take their last value (for leaves known distinct).
+    """
+    if not distinct:
+        leaves, values = NUMPY.last_of_each(leaves, values)
     set_leaves_numpy(tree, capacity, leaves, values)
     recompute_ancestors_numpy(tree, capacity, leaves)
 
@@ -211,11 +224,97 @@ def set_leaves_numpy(tree: np.ndarray, capacity: int, leaves: Any, values: np.nd
 
 
 def recompute_ancestors_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray) -> None:
-    """Recomputes every ancestor of `leaves` from its two children, level by level, in place."""
-    nodes = np.unique((leaf_count(capacity) + leaves) // 2)
-    for _ in range(depth(capacity)):
-        tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
-        nodes = np.unique(nodes // 2)
+    """Recomputes every ancestor of `leaves` from its two children, level by level, in place.
+
+    Levels with many nodes recompute the listed ones; once a level has few nodes beside the
+    list, it and every level above are recomputed whole, from contiguous slices (cheaper per node).
+    """
+    pairs = tree.reshape(-1, 4)  # row n: node 2n's (sum, count), then node 2n + 1's
+    nodes = (leaf_count(capacity) + leaves) // 2
+    for level in range(depth(capacity) - 1, -1, -1):
+        if 1 << level <= _WHOLE_LEVEL_PER_NODE * nodes.size:
+            for upper in range(level, -1, -1):
+                first, end = 1 << upper, 2 << upper
+                np.add(pairs[first:end, :2], pairs[first:end, 2:], out=tree[first:end])
+            return
+        if nodes.size > _UNIQUE_ABOVE:  # many leaves (a refresh of many adds): each level's work halves
+            nodes = np.unique(nodes)
+        # A node listed twice is written twice with the same sum: cheaper than sorting a small batch.
+        children = pairs.take(nodes, axis=0)  # `take`: a fraction of fancy indexing's fixed cost
+        tree[nodes] = children[:, :2] + children[:, 2:]
+        nodes = nodes >> 1
+
+
+# Above this many nodes, a level's nodes are made distinct before they are recomputed.
+_UNIQUE_ABOVE = 4096
+# A level with at most this many nodes per listed node is recomputed whole.
+_WHOLE_LEVEL_PER_NODE = 4
+# `draw_numpy`: the level read whole by one running sum, the levels per later step, and the rejection rounds.
+_TOP_LEVEL = 12
+_LEVELS_PER_STEP = 4
+_REDRAWS = 2
+
+
+def find_numpy(
+    tree: np.ndarray,
+    capacity: int,
+    targets: np.ndarray,
+    *,
+    top_level: int = _TOP_LEVEL,
+    levels_per_step: int = _LEVELS_PER_STEP,
+) -> np.ndarray:
+    """`find` with no mask, in numpy, in few calls: `targets` (float64, 1-D) each in `[0, root sum)`.
+
+    The first step takes the running sum of every node `top_level` levels down
+    and a `searchsorted` into it; each later step, the running sums of the
+    current nodes' descendants `levels_per_step` levels down. A step goes into
+    the first node whose running sum exceeds the target (the target first
+    lowered below the last running sum, should rounding have put it at or
+    above it): that node's own sum is above 0, so every draw ends on a leaf above
+    0 whatever the rounding. Targets at or past the root's sum get the last leaf
+    above 0.
+    """
+    size, levels = leaf_count(capacity), depth(capacity)
+    top = min(top_level, levels)
+    running = np.cumsum(tree[1 << top : 2 << top, SUM])
+    remaining = np.minimum(targets, np.nextafter(running[-1], 0.0))
+    index = np.searchsorted(running, remaining, side="right")
+    remaining = remaining - np.concatenate([[0.0], running]).take(index)
+    nodes = (1 << top) + index
+    rows = np.arange(targets.size) if top < levels else None
+    while top < levels:
+        step = min(levels_per_step, levels - top)
+        width = 1 << step  # the descendants `step` levels down: nodes `[node * width, node * width + width)`
+        running = np.cumsum(tree.reshape(-1, 2 * width).take(nodes, axis=0)[:, SUM::2], axis=1)
+        remaining = np.minimum(remaining, np.nextafter(running[:, -1], 0.0))
+        index = np.count_nonzero(running[:, :-1] <= remaining[:, None], axis=1)
+        before = np.concatenate([np.zeros([targets.size, 1]), running], 1).take(rows * (width + 1) + index)
+        remaining = remaining - before
+        nodes = nodes * width + index
+        top += step
+    return nodes - size
+
+
+def draw_numpy(tree: np.ndarray, capacity: int, uniforms: Any, shape: list[int], leaf_mask: Mask | None) -> np.ndarray:
+    """Leaves drawn in proportion to their values, none masked: `uniforms(n)` gives n floats in `[0, 1)`.
+
+    The tree must have an unmasked leaf above 0 (`unmasked_total`'s count > 0).
+    """
+    count = int(np.prod(shape, dtype=np.int64))
+    root = tree[1, SUM]
+    leaves = find_numpy(tree, capacity, uniforms(count) * root)
+    if leaf_mask is not None:
+        for _ in range(_REDRAWS):
+            masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
+            if not masked.size:
+                break
+            leaves[masked] = find_numpy(tree, capacity, uniforms(masked.size) * root)
+        else:
+            masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
+            if masked.size:  # the mask holds most of the weight: descend around it
+                total, _ = unmasked_total(NUMPY, tree, leaf_mask)
+                leaves[masked] = find(NUMPY, tree, capacity, uniforms(masked.size) * total, leaf_mask)
+    return leaves.reshape(shape)
 
 
 def update_variable(

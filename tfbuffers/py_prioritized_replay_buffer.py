@@ -87,8 +87,8 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         self._priority_exponent = priority_exponent
         self._priorities = np.zeros(self.capacity, np.float64)
         self._tree = _sum_tree.empty(self.capacity)
-        self._stale: list[int] = []  # first rows of blocks added since the tree's ancestors were last recomputed
-        self._max_priority = 1.0
+        self._stale = _StaleBlocks(self._max_length)
+        self._set_max_priority(1.0)
         self._sampler = _sampling.PrioritizedSampler(
             type(self).__name__, self._batch_size, self._max_length, self._current_tree
         )
@@ -125,8 +125,8 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         if not tf.executing_eagerly():
             inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
             return self._in_graph(self._update_value, inputs, tf.int64, [])
-        if tf.is_tensor(ids) or tf.is_tensor(priorities):
-            ids, priorities = np.asarray(ids), np.asarray(priorities)
+        if not isinstance(ids, np.ndarray) or not isinstance(priorities, np.ndarray):
+            ids, priorities = np.asarray(ids), np.asarray(priorities)  # lists, or eager tensors
         return int(self._update_value(ids, priorities))
 
     def _update_value(self, ids: Any, priorities: Any) -> np.int64:
@@ -138,15 +138,15 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             rows = _ring.rows_of_ids(ids[stored], self._max_length, self._batch_size)
             rows, values = _sum_tree.NUMPY.last_of_each(rows, priorities[stored])
             self._set_locked(rows, values)
-            if values.size:
-                self._max_priority = max(self._max_priority, float(values.max()))
+            if values.size and values.max() > self._max_priority:
+                self._set_max_priority(float(values.max()))
         return np.int64(ids.size - np.count_nonzero(stored))
 
     def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities[rows] = priorities
         weights = prioritized.leaf_weights(priorities, self._priority_exponent)
         self._refresh_locked()
-        _sum_tree.update_numpy(self._tree, self.capacity, rows, weights)
+        _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
 
     def _current_tree(self) -> np.ndarray:
         """The tree with every ancestor up to date (the sampler calls it under the lock)."""
@@ -156,10 +156,15 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     def _refresh_locked(self) -> None:
         # Adds only set their rows' leaves: their ancestors are recomputed here, once for all the
         # adds since the last draw or update, level by level from their children.
-        if self._stale:
-            rows = (np.asarray(self._stale, np.int64)[:, None] + np.arange(self._batch_size)).ravel()
+        if self._stale.count:
+            rows = (self._stale.firsts[: self._stale.count, None] + np.arange(self._batch_size)).ravel()
             _sum_tree.recompute_ancestors_numpy(self._tree, self.capacity, rows)
-            self._stale = []
+            self._stale.count = 0
+
+    def _set_max_priority(self, priority: float) -> None:
+        # New frames' priority, and its leaf weight, computed once here rather than on every add.
+        self._max_priority = priority
+        self._max_weight = prioritized.leaf_weights(np.float64(priority), self._priority_exponent)
 
     # Hooks of PyUniformReplayBuffer, under its lock.
 
@@ -167,17 +172,17 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         first = int(_ring.block_start(added, self._max_length, self._batch_size))
         rows = slice(first, first + self._batch_size)
         self._priorities[rows] = self._max_priority
-        weight = prioritized.leaf_weights(np.float64(self._max_priority), self._priority_exponent)
-        _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, weight)
-        if len(self._stale) >= self._max_length:  # a whole ring of stale blocks: recompute now, bounded work
+        _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, self._max_weight)
+        if self._stale.count == self._max_length:  # a whole ring of stale blocks: recompute now, bounded work
             self._refresh_locked()
-        self._stale.append(first)
+        self._stale.firsts[self._stale.count] = first
+        self._stale.count += 1
 
     def _cleared_locked(self) -> None:
         self._priorities[:] = 0.0
         self._tree[:] = 0.0
-        self._stale = []
-        self._max_priority = 1.0
+        self._stale.count = 0
+        self._set_max_priority(1.0)
 
     def _extras_locked(self) -> dict[str, np.ndarray]:
         return {
@@ -187,9 +192,9 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
 
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         np.copyto(self._priorities, extras[prioritized.PRIORITY])
-        self._stale = []
+        self._stale.count = 0
         self._tree = _sum_tree.build(prioritized.leaf_weights(self._priorities, self._priority_exponent), self.capacity)
-        self._max_priority = float(extras[prioritized.MAX_PRIORITY])
+        self._set_max_priority(float(extras[prioritized.MAX_PRIORITY]))
 
     def _close(self) -> None:
         super()._close()
@@ -203,3 +208,17 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
 
     def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
         prioritized.check_extras(extras, source)
+
+
+class _StaleBlocks:
+    """The first rows of the blocks added since the tree's ancestors were last recomputed.
+
+    A plain object, not a list or counter attribute of the buffer: tf.Module copies a list
+    attribute on every append and intercepts every attribute assignment, on each add.
+    """
+
+    __slots__ = ("count", "firsts")
+
+    def __init__(self, max_length: int) -> None:
+        self.firsts = np.zeros(max_length, np.int64)
+        self.count = 0

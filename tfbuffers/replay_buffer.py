@@ -76,6 +76,8 @@ def positive_int(name: str, value: Any) -> int:
 
 
 def _positive_int(name: str, value: Any, or_none: str) -> int:
+    if type(value) is int and value > 0:  # the common case, without tf.is_tensor's cost on every sample
+        return value
     static = tf.get_static_value(value) if tf.is_tensor(value) else value
     if isinstance(static, np.ndarray) and static.shape == ():
         static = static[()]
