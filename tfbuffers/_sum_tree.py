@@ -281,7 +281,7 @@ def find_numpy(
     index = np.searchsorted(running, remaining, side="right")
     remaining = remaining - np.concatenate([[0.0], running]).take(index)
     nodes = (1 << top) + index
-    rows = np.arange(targets.size) if top < levels else None
+    rows = np.arange(targets.size)
     while top < levels:
         step = min(levels_per_step, levels - top)
         width = 1 << step  # the descendants `step` levels down: nodes `[node * width, node * width + width)`
