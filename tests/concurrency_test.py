@@ -65,25 +65,62 @@ def test_the_stress_run_catches_a_torn_sample(monkeypatch):
         stress.run(buffer, seconds=10, writers=1, samplers=2, dataset_readers=1, add=tf.function(buffer.add_batch))
 
 
-def test_a_second_graph_writer_raises_while_one_writes_and_stores_nothing():
-    buffer = make("tf", max_length=5)
-    batch = stress.frames(np.arange(3, dtype=np.int64))
-    buffer.add_batch(batch)
+def hold_the_writers_lock(buffer):
+    """A thread holding `buffer`'s writers' lock until `release` is set; `inside` is set once it holds it."""
     inside, release = threading.Event(), threading.Event()
 
     def slow_write() -> tuple[list[tf.Tensor], tf.Tensor]:
-        # A writer that holds the lock until told to finish.
         done = tf.numpy_function(lambda: (inside.set(), release.wait(30), np.int64(0))[-1], [], tf.int64)
         return [done], done
 
     holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive([], slow_write, "add_batch")))
     holder.start()
     assert inside.wait(30)
+    return holder, release
+
+
+def test_a_second_graph_writer_waits_its_turn_then_writes():
+    buffer = make("tf", max_length=5)
+    buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
+    holder, release = hold_the_writers_lock(buffer)
+    returned, finished = [], threading.Event()
+    writer = threading.Thread(
+        target=lambda: (returned.append(tf.function(buffer.add_batch)(stress.frames(np.arange(3, 6)))), finished.set())
+    )
+    writer.start()
+    # The writer tries the lock, finds it held, and tries again: it cannot finish while the holder holds it.
+    assert not finished.wait(0.5)
+    release.set()
+    holder.join()
+    writer.join()
+    np.testing.assert_array_equal(returned[0], [3, 4, 5])
+    np.testing.assert_array_equal(buffer.gather_all()["code"], [[0, 3], [1, 4], [2, 5]])
+
+
+def test_a_graph_writer_that_waits_past_its_limit_raises_and_stores_nothing(monkeypatch):
+    monkeypatch.setattr(tfbuffers._tf_concurrency, "WRITE_WAIT_SECONDS", 0.2)  # read when the graph is traced
+    buffer = make("tf", max_length=5)
+    buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
+    holder, release = hold_the_writers_lock(buffer)
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
         tf.function(buffer.add_batch)(stress.frames(np.arange(3, 6, dtype=np.int64)))
     release.set()
     holder.join()
-    assert CONCURRENT_WRITERS.format(buffer="TFUniformReplayBuffer", name="add_batch") in raised.value.message
+    expected = CONCURRENT_WRITERS.format(buffer="TFUniformReplayBuffer", name="add_batch", seconds=0.2)
+    assert expected in raised.value.message
     np.testing.assert_array_equal(buffer.gather_all()["code"], [[0], [1], [2]])  # nothing stored
     buffer.add_batch(stress.frames(np.arange(6, 9, dtype=np.int64)))  # the lock is free again
     np.testing.assert_array_equal(buffer.gather_all()["code"], [[0, 6], [1, 7], [2, 8]])
+
+
+@pytest.mark.parametrize("kind", ["tf", "tf_prioritized"])
+def test_graph_writers_in_several_threads_take_turns(kind):
+    # Two driver threads adding inside graphs and, on the prioritized buffer, samplers that update
+    # priorities inside graphs (a learner's train step): every writer waits its turn, none is refused.
+    buffer = make(kind, max_length=3)
+    update = tf.function(buffer.update_priorities) if kind == "tf_prioritized" else None
+    report = stress.run(
+        buffer, seconds=SECONDS, writers=2, add=tf.function(buffer.add_batch), update=update, min_operations=5
+    )
+    assert min(report.adds, report.samples, report.dataset_batches, report.gathers) >= 5
+    assert report.priority_updates >= 5 if update else report.priority_updates == 0

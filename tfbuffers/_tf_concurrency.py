@@ -11,17 +11,18 @@ callers (a driver's `tf.while_loop`):
 2. The lock is `writers`, an int64 variable moved by `ResourceCountUpTo`, which
    TensorFlow documents as returning the value before its increment, atomically
    under the variable's mutex. A writer that finds it non-zero undoes its
-   increment and raises `CONCURRENT_WRITERS` before touching storage: graph
-   writers never wait on each other (a waiting lock, `MutexLock` as under
-   `tf.CriticalSection`, measured at four times a bare in-graph write here). Eager
-   writers also take a Python lock, so any number of threads may call them.
+   increment and tries again (a `tf.while_loop` that only a contended write
+   enters: an uncontended one pays one `tf.cond`), for at most
+   `WRITE_WAIT_SECONDS` (by `tf.timestamp`), then raises `CONCURRENT_WRITERS`
+   without touching storage. TensorFlow has no sleep op, so a waiting graph
+   writer spins; writes are short (a block of rows, a batch of priorities), so
+   it spins briefly. A waiting lock, `MutexLock` as under `tf.CriticalSection`,
+   measured at four times a bare in-graph write here. Eager writers also take a
+   Python lock, so they wait for each other without spinning.
 3. The write runs, then the lock is released (`AssignSubVariableOp`).
 
-A learner thread that updates priorities inside a graph while a driver thread
-adds inside another is a second writer while the graph one holds the lock, and is
-refused like any other, changing nothing: make every writer eager (eager writers
-take turns) or guard the writers with one lock. A bounded retry of the lock would
-let graph writers take turns, at the price of a loop in every graph write.
+So a driver adding inside a `tf.function` in one thread, another in a second
+thread, and a learner updating priorities inside a third all take turns.
 
 Writers that change what readers cannot tell from the counter (`clear`, a
 restore, priority updates) keep `generation` odd while they write (`rewrite`).
@@ -42,10 +43,11 @@ from typing import Any
 
 import tensorflow as tf
 
+WRITE_WAIT_SECONDS = 10.0
 CONCURRENT_WRITERS = (
-    "{buffer}.{name}: another thread is writing to this buffer inside a graph; concurrent graph "
-    "writers are not supported: call add_batch eagerly from each thread (serialized), use one buffer per "
-    "writer, or guard the writers with your own lock"
+    "{buffer}.{name}: another thread held the writers lock of this buffer for {seconds:g} s while this write "
+    "waited inside a graph; a write that long (a restore?) must not overlap graph writers: serialize them with "
+    "your own lock"
 )
 READ_ATTEMPTS = 1000
 READ_BUSY = (
@@ -88,18 +90,35 @@ class Concurrency:
           `write()`'s nest, available once the lock is released.
         """
         with tf.control_dependencies([x for x in inputs if x is not None]):
-            before = tf.raw_ops.ResourceCountUpTo(resource=self.writers.handle, limit=_NO_LIMIT, T=tf.int64)
-        held = tf.equal(before, 0)
-        undo = self.writers.assign_sub(tf.where(held, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
-        message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name)
-        with tf.control_dependencies([undo]):  # undone before the assertion can stop the graph
-            refused = tf.debugging.Assert(held, [message])
+            held = self._try_lock()
+        # Taken at once but for contention; then tried again, a bounded number of times.
+        held = tf.cond(held, lambda: held, self._retry_lock)
+        message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name, seconds=WRITE_WAIT_SECONDS)
+        refused = tf.debugging.Assert(held, [message])
         with tf.control_dependencies([refused]):
             effects, result = write()
         with tf.control_dependencies(effects):
             released = self.writers.assign_sub(tf.constant(1, tf.int64), read_value=False)
         with tf.control_dependencies([released]):
             return tf.nest.map_structure(tf.identity, result)
+
+    def _try_lock(self) -> tf.Tensor:
+        """One try of the writers' lock: whether it was taken (if not, the try is undone before this returns)."""
+        before = tf.raw_ops.ResourceCountUpTo(resource=self.writers.handle, limit=_NO_LIMIT, T=tf.int64)
+        held = tf.equal(before, 0)
+        undo = self.writers.assign_sub(tf.where(held, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+        with tf.control_dependencies([undo]):
+            return tf.identity(held)
+
+    def _retry_lock(self) -> tf.Tensor:
+        """Tries the lock again until taken or `WRITE_WAIT_SECONDS` passed: whether it was taken."""
+        deadline = tf.timestamp() + WRITE_WAIT_SECONDS
+        (held,) = tf.while_loop(
+            lambda held: tf.logical_and(tf.logical_not(held), tf.timestamp() < deadline),
+            lambda held: (self._try_lock(),),
+            (tf.constant(False),),
+        )
+        return held
 
     def rewrite(self, write: Callable[[], list[Any]]) -> list[Any]:
         """`write()`'s ops between two increments of `generation`: readers overlapping them read again.

@@ -104,6 +104,7 @@ def run(
     num_steps: int = 2,
     clear_every: float | None = None,
     add: Callable[[Any], Any] | None = None,
+    update: Callable[[Any, Any], Any] | None = None,
     min_operations: int = 0,
     timeout: float = 600.0,
 ) -> StressReport:
@@ -122,6 +123,8 @@ def run(
         against the ids adds returned, since a clear restarts them.
       add: How writers add a batch, default `buffer.add_batch` (pass `tf.function(buffer.add_batch)`
         for graph adds).
+      update: How samplers of a prioritized buffer update priorities, default `buffer.update_priorities`
+        (pass `tf.function(buffer.update_priorities)` for a learner's graph updates: graph writers of both kinds).
       min_operations: After `seconds`, the run goes on until every kind of thread that runs
         (adds, samples, dataset batches, gathers, clears) has completed this many calls, so a
         test's counts hold on any machine, however slow.
@@ -137,6 +140,7 @@ def run(
     """
     add = add or buffer.add_batch
     prioritized = hasattr(buffer, "update_priorities")
+    update = update or (buffer.update_priorities if prioritized else lambda ids, priorities: None)
     batch_size = buffer.batch_size
     counter = itertools.count()
     written: dict[int, int] = {}  # code -> id its add returned; -1 until the add returns
@@ -198,8 +202,8 @@ def run(
         # sampleable), while writers overwrite rows and the tree. Ids of frames overwritten since are skipped.
         first = ids[..., 0] if ids.ndim > 1 else ids
         try:
-            buffer.update_priorities(first, (first % 7 + 1).astype(np.float64))
-        except ValueError as error:
+            update(first, (first % 7 + 1).astype(np.float64))
+        except (ValueError, tf.errors.InvalidArgumentError) as error:
             if clear_every is not None and "stored since the last clear" in str(error):
                 return  # the ids were drawn before a clear restarted them
             raise
