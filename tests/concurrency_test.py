@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import tfbuffers
 from tfbuffers import testing as stress
-from tfbuffers._tf_concurrency import CONCURRENT_WRITERS
+from tfbuffers._tf_concurrency import CONCURRENT_WRITERS, WAITED_TOO_LONG
 
 SECONDS = 2.0
 
@@ -79,8 +79,29 @@ def hold_the_writers_lock(buffer):
     return holder, release
 
 
-def test_a_second_graph_writer_waits_its_turn_then_writes():
+def waiting(kind: str = "tf", max_length: int = 5) -> tfbuffers.ReplayBuffer:
+    """A TF buffer of 3 segments whose graph writers wait their turn."""
+    if kind == "tf_prioritized":
+        return tfbuffers.TFPrioritizedReplayBuffer(stress.SPEC, 3, max_length)  # waits by default
+    return tfbuffers.TFUniformReplayBuffer(stress.SPEC, 3, max_length, wait_for_writers=True)
+
+
+def test_a_second_graph_writer_raises_at_once_by_default_and_stores_nothing():
     buffer = make("tf", max_length=5)
+    buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
+    holder, release = hold_the_writers_lock(buffer)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        tf.function(buffer.add_batch)(stress.frames(np.arange(3, 6, dtype=np.int64)))
+    release.set()
+    holder.join()
+    assert CONCURRENT_WRITERS.format(buffer="TFUniformReplayBuffer", name="add_batch") in raised.value.message
+    np.testing.assert_array_equal(buffer.gather_all()["code"], [[0], [1], [2]])  # nothing stored
+    buffer.add_batch(stress.frames(np.arange(6, 9, dtype=np.int64)))  # the lock is free again
+    np.testing.assert_array_equal(buffer.gather_all()["code"], [[0, 6], [1, 7], [2, 8]])
+
+
+def test_a_second_graph_writer_waits_its_turn_then_writes():
+    buffer = waiting()
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     holder, release = hold_the_writers_lock(buffer)
     returned, finished = [], threading.Event()
@@ -99,14 +120,14 @@ def test_a_second_graph_writer_waits_its_turn_then_writes():
 
 def test_a_graph_writer_that_waits_past_its_limit_raises_and_stores_nothing(monkeypatch):
     monkeypatch.setattr(tfbuffers._tf_concurrency, "WRITE_WAIT_SECONDS", 0.2)  # read when the graph is traced
-    buffer = make("tf", max_length=5)
+    buffer = waiting()
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     holder, release = hold_the_writers_lock(buffer)
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
         tf.function(buffer.add_batch)(stress.frames(np.arange(3, 6, dtype=np.int64)))
     release.set()
     holder.join()
-    expected = CONCURRENT_WRITERS.format(buffer="TFUniformReplayBuffer", name="add_batch", seconds=0.2)
+    expected = WAITED_TOO_LONG.format(buffer="TFUniformReplayBuffer", name="add_batch", seconds=0.2)
     assert expected in raised.value.message
     np.testing.assert_array_equal(buffer.gather_all()["code"], [[0], [1], [2]])  # nothing stored
     buffer.add_batch(stress.frames(np.arange(6, 9, dtype=np.int64)))  # the lock is free again
@@ -117,10 +138,15 @@ def test_a_graph_writer_that_waits_past_its_limit_raises_and_stores_nothing(monk
 def test_graph_writers_in_several_threads_take_turns(kind):
     # Two driver threads adding inside graphs and, on the prioritized buffer, samplers that update
     # priorities inside graphs (a learner's train step): every writer waits its turn, none is refused.
-    buffer = make(kind, max_length=3)
+    buffer = waiting(kind, max_length=3)
     update = tf.function(buffer.update_priorities) if kind == "tf_prioritized" else None
     report = stress.run(
         buffer, seconds=SECONDS, writers=2, add=tf.function(buffer.add_batch), update=update, min_operations=5
     )
     assert min(report.adds, report.samples, report.dataset_batches, report.gathers) >= 5
     assert report.priority_updates >= 5 if update else report.priority_updates == 0
+
+
+def test_wait_for_writers_must_be_a_bool():
+    with pytest.raises(TypeError, match="wait_for_writers: expected a bool, got int 1"):
+        tfbuffers.TFUniformReplayBuffer(stress.SPEC, 3, 5, wait_for_writers=1)

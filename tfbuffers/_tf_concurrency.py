@@ -11,18 +11,19 @@ callers (a driver's `tf.while_loop`):
 2. The lock is `writers`, an int64 variable moved by `ResourceCountUpTo`, which
    TensorFlow documents as returning the value before its increment, atomically
    under the variable's mutex. A writer that finds it non-zero undoes its
-   increment and tries again (a `tf.while_loop` that only a contended write
-   enters: an uncontended one pays one `tf.cond`), for at most
-   `WRITE_WAIT_SECONDS` (by `tf.timestamp`), then raises `CONCURRENT_WRITERS`
-   without touching storage. TensorFlow has no sleep op, so a waiting graph
-   writer spins; writes are short (a block of rows, a batch of priorities), so
-   it spins briefly. A waiting lock, `MutexLock` as under `tf.CriticalSection`,
-   measured at four times a bare in-graph write here. Eager writers also take a
-   Python lock, so they wait for each other without spinning.
+   increment, then either raises `CONCURRENT_WRITERS` at once or, where the
+   buffer waits for writers (`wait=True`), tries again (a `tf.while_loop` that
+   only a contended write enters) for at most `WRITE_WAIT_SECONDS` (by
+   `tf.timestamp`) before raising `WAITED_TOO_LONG`; either way without touching
+   storage. TensorFlow has no sleep op, so a waiting graph writer spins; writes
+   are short (a block of rows, a batch of priorities), so it spins briefly.
+   Waiting costs every write a `tf.cond` (30% of an in-graph add, measured),
+   which is why it is the prioritized buffer's default (its learner's updates
+   are a second graph writer by design) and the uniform buffer's option; a
+   waiting lock, `MutexLock` as under `tf.CriticalSection`, measured at four
+   times a bare in-graph write. Eager writers also take a Python lock, so they
+   wait for each other without spinning.
 3. The write runs, then the lock is released (`AssignSubVariableOp`).
-
-So a driver adding inside a `tf.function` in one thread, another in a second
-thread, and a learner updating priorities inside a third all take turns.
 
 Writers that change what readers cannot tell from the counter (`clear`, a
 restore, priority updates) keep `generation` odd while they write (`rewrite`).
@@ -43,8 +44,13 @@ from typing import Any
 
 import tensorflow as tf
 
-WRITE_WAIT_SECONDS = 10.0
 CONCURRENT_WRITERS = (
+    "{buffer}.{name}: another thread is writing to this buffer inside a graph; concurrent graph "
+    "writers wait their turn only with wait_for_writers=True: pass it, call add_batch eagerly from each "
+    "thread (serialized), use one buffer per writer, or guard the writers with your own lock"
+)
+WRITE_WAIT_SECONDS = 10.0
+WAITED_TOO_LONG = (
     "{buffer}.{name}: another thread held the writers lock of this buffer for {seconds:g} s while this write "
     "waited inside a graph; a write that long (a restore?) must not overlap graph writers: serialize them with "
     "your own lock"
@@ -64,9 +70,10 @@ class Concurrency:
     A plain object, not a `tf.Module`: none of this is checkpointed.
     """
 
-    def __init__(self, buffer_name: str) -> None:
-        """Creates the variables in the current device and name scope."""
+    def __init__(self, buffer_name: str, *, wait: bool) -> None:
+        """Creates the variables in the current device and name scope; `wait`: graph writers wait their turn."""
         self._buffer_name = buffer_name
+        self._wait = wait
         self.eager_lock = threading.Lock()
         self.writers = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="writers")
         self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
@@ -84,16 +91,18 @@ class Concurrency:
           write: Returns the ops that must run before the lock is released, and a
             nest of tensors to return once it is (a caller that ignores them, such
             as a driver's loop, then does not compute them).
-          name: The method, for `CONCURRENT_WRITERS`.
+          name: The method, for the error messages.
 
         Returns:
           `write()`'s nest, available once the lock is released.
         """
         with tf.control_dependencies([x for x in inputs if x is not None]):
             held = self._try_lock()
-        # Taken at once but for contention; then tried again, a bounded number of times.
-        held = tf.cond(held, lambda: held, self._retry_lock)
-        message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name, seconds=WRITE_WAIT_SECONDS)
+        if self._wait:  # taken at once but under contention; then tried again, for a bounded time
+            held = tf.cond(held, lambda: held, self._retry_lock)
+            message = WAITED_TOO_LONG.format(buffer=self._buffer_name, name=name, seconds=WRITE_WAIT_SECONDS)
+        else:
+            message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name)
         refused = tf.debugging.Assert(held, [message])
         with tf.control_dependencies([refused]):
             effects, result = write()

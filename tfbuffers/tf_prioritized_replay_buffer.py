@@ -67,6 +67,8 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
+        *,
+        wait_for_writers: bool = True,
     ) -> None:
         """Creates the buffer and its variables.
 
@@ -81,6 +83,9 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
           dataset_drop_remainder: As in `TFUniformReplayBuffer`.
           dataset_window_shift: As in `TFUniformReplayBuffer`.
           stateful_dataset: As in `TFUniformReplayBuffer`.
+          wait_for_writers: As in `TFUniformReplayBuffer`, but on by default: a learner's
+            `update_priorities` inside a `tf.function` is a second graph writer beside a
+            driver's adds, and waits its turn (as the adds wait for it).
 
         Raises:
           TypeError, ValueError: As `TFUniformReplayBuffer`, and for a `priority_exponent`
@@ -96,6 +101,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
+            wait_for_writers=wait_for_writers,
         )
         self._priority_exponent = priority_exponent
         with tf.device(device), tf.name_scope(scope):
