@@ -97,13 +97,14 @@ class Concurrency:
           `write()`'s nest, available once the lock is released.
         """
         with tf.control_dependencies([x for x in inputs if x is not None]):
-            held = self._try_lock()
-        if self._wait:  # taken at once but under contention; then tried again, for a bounded time
-            held = tf.cond(held, lambda: held, self._retry_lock)
-            message = WAITED_TOO_LONG.format(buffer=self._buffer_name, name=name, seconds=WRITE_WAIT_SECONDS)
-        else:
-            message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name)
-        refused = tf.debugging.Assert(held, [message])
+            held, undo = self._try_lock()
+        with tf.control_dependencies([undo]):  # a failed try is undone before a retry or the assertion
+            if self._wait:  # taken at once but under contention; then tried again, for a bounded time
+                held = tf.cond(held, lambda: held, self._retry_lock)
+                message = WAITED_TOO_LONG.format(buffer=self._buffer_name, name=name, seconds=WRITE_WAIT_SECONDS)
+            else:
+                message = CONCURRENT_WRITERS.format(buffer=self._buffer_name, name=name)
+            refused = tf.debugging.Assert(held, [message])
         with tf.control_dependencies([refused]):
             effects, result = write()
         with tf.control_dependencies(effects):
@@ -111,20 +112,24 @@ class Concurrency:
         with tf.control_dependencies([released]):
             return tf.nest.map_structure(tf.identity, result)
 
-    def _try_lock(self) -> tf.Tensor:
-        """One try of the writers' lock: whether it was taken (if not, the try is undone before this returns)."""
+    def _try_lock(self) -> tuple[tf.Tensor, Any]:
+        """One try of the writers' lock: whether it was taken, and the op that undoes a failed try."""
         before = tf.raw_ops.ResourceCountUpTo(resource=self.writers.handle, limit=_NO_LIMIT, T=tf.int64)
         held = tf.equal(before, 0)
-        undo = self.writers.assign_sub(tf.where(held, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
-        with tf.control_dependencies([undo]):
-            return tf.identity(held)
+        return held, self.writers.assign_sub(tf.where(held, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
 
     def _retry_lock(self) -> tf.Tensor:
         """Tries the lock again until taken or `WRITE_WAIT_SECONDS` passed: whether it was taken."""
         deadline = tf.timestamp() + WRITE_WAIT_SECONDS
+
+        def retry(_: tf.Tensor) -> tuple[tf.Tensor]:
+            held, undo = self._try_lock()
+            with tf.control_dependencies([undo]):
+                return (tf.identity(held),)
+
         (held,) = tf.while_loop(
             lambda held: tf.logical_and(tf.logical_not(held), tf.timestamp() < deadline),
-            lambda held: (self._try_lock(),),
+            retry,
             (tf.constant(False),),
         )
         return held
