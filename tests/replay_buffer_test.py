@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 import tensorflow as tf
@@ -47,6 +48,7 @@ def test_public_names():
         py_prioritized_replay_buffer,
         py_uniform_replay_buffer,
         replay_buffer,
+        reverb_replay_buffer,
         state,
         tf_prioritized_replay_buffer,
         tf_uniform_replay_buffer,
@@ -58,6 +60,7 @@ def test_public_names():
         "PyPrioritizedReplayBuffer",
         "PyUniformReplayBuffer",
         "ReplayBuffer",
+        "ReverbReplayBuffer",
         "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
         "importance_weights",
@@ -68,6 +71,14 @@ def test_public_names():
     assert tfbuffers.PyPrioritizedReplayBuffer is py_prioritized_replay_buffer.PyPrioritizedReplayBuffer
     assert tfbuffers.PyUniformReplayBuffer is py_uniform_replay_buffer.PyUniformReplayBuffer
     assert tfbuffers.ReplayBuffer is replay_buffer.ReplayBuffer
+    assert tfbuffers.ReverbReplayBuffer is reverb_replay_buffer.ReverbReplayBuffer
     assert tfbuffers.TFPrioritizedReplayBuffer is tf_prioritized_replay_buffer.TFPrioritizedReplayBuffer
     assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer
+
+
+def test_the_reverb_buffer_without_dm_reverb_says_how_to_get_it(monkeypatch):
+    # Importing tfbuffers never needs dm-reverb; constructing its Reverb buffer does, and says so.
+    monkeypatch.setitem(sys.modules, "reverb", None)  # what a stack without dm-reverb sees
+    with pytest.raises(ImportError, match=r"ReverbReplayBuffer needs dm-reverb, .* installs on Python 3.11"):
+        tfbuffers.ReverbReplayBuffer({"x": tf.TensorSpec([], tf.int64)})

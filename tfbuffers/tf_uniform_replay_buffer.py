@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _ring, _sampling, specs
-from tfbuffers._segmented import SegmentedReplayBuffer
+from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._variable_table import VariableTable
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
@@ -126,9 +126,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
           ValueError: If an argument is out of range or the spec is invalid.
         """
         if not isinstance(wait_for_writers, bool):
-            raise TypeError(
-                f"wait_for_writers: expected a bool, got {type(wait_for_writers).__name__} {wait_for_writers!r}"
-            )
+            received = f"{type(wait_for_writers).__name__} {wait_for_writers!r}"
+            raise TypeError(NOT_A_BOOL.format(name="wait_for_writers", received=received))
         super().__init__(
             data_spec,
             batch_size,

@@ -1,0 +1,277 @@
+"""ReverbReplayBuffer against real Reverb servers on loopback: items, episodes, errors, lifetime."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+reverb = pytest.importorskip("reverb", reason="dm-reverb installs on the pinned stack only (Python 3.11)")
+
+from tf_agents.specs import tensor_spec  # noqa: E402
+from tf_agents.trajectories import time_step, trajectory  # noqa: E402
+
+from tfbuffers.reverb_replay_buffer import NO_DETERMINISTIC_PASS, NO_GATHER_ALL, ReverbReplayBuffer  # noqa: E402
+
+SPEC = {"x": tf.TensorSpec([], tf.int64), "v": tf.TensorSpec([2], tf.float32)}
+
+
+def frames(values):
+    values = np.asarray(values, np.int64)
+    return {"x": values, "v": np.stack([values, -values], -1).astype(np.float32)}
+
+
+def drawn_windows(buffer, draws=300, num_steps=None):
+    items, info = buffer.get_next(sample_batch_size=draws, num_steps=num_steps or buffer.sequence_length)
+    np.testing.assert_array_equal(items["v"][..., 0], items["x"])  # whole frames
+    return {tuple(window) for window in items["x"].tolist()}, info
+
+
+def port_open(port):
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def buffer():
+    with ReverbReplayBuffer(SPEC, sequence_length=3, batch_size=2, capacity=1000) as buffer:
+        yield buffer
+
+
+def test_items_are_windows_of_one_environment_and_sampled_uniformly(buffer):
+    for t in range(5):
+        ids = buffer.add_batch(frames([t, 100 + t]))
+        np.testing.assert_array_equal(ids, [t, t])  # each environment's frame count so far
+    buffer.flush()
+    assert int(buffer.num_frames()) == 6  # items: 3 windows of 3 frames per environment of 5
+    windows, info = drawn_windows(buffer)
+    expected = {(e + t, e + t + 1, e + t + 2) for e in (0, 100) for t in range(3)}
+    assert windows == expected
+    assert info.ids.dtype == np.int64 and info.ids.shape == (300,)
+    np.testing.assert_allclose(info.probabilities, np.full(300, 1 / 6, np.float32))
+
+
+def test_num_steps_takes_the_first_frames_of_each_window(buffer):
+    for t in range(4):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.flush()
+    pairs, _ = drawn_windows(buffer, num_steps=2)
+    assert pairs == {(0, 1), (1, 2), (100, 101), (101, 102)}
+    for sample in (buffer.get_next, tf.function(buffer.get_next)):
+        items, info = sample()  # one window's first frame, no batch or time axis
+        assert items["x"].shape == () and int(items["x"]) in {0, 1, 100, 101}
+        assert info.ids.shape == () and info.probabilities.shape == ()
+        items, info = sample(num_steps=2)  # one window, no batch axis
+        assert items["x"].shape == (2,) and info.ids.shape == ()
+
+
+def test_stride_spaces_the_windows_and_capacity_drops_the_oldest():
+    with ReverbReplayBuffer(SPEC, sequence_length=2, stride=2, capacity=2) as buffer:
+        for t in range(8):
+            buffer.add_batch(frames([t]))
+        buffer.flush()
+        # Windows start every second frame: (0,1) (2,3) (4,5) (6,7); the table keeps the newest 2.
+        assert int(buffer.num_frames()) == 2
+        windows, _ = drawn_windows(buffer)
+        assert windows == {(4, 5), (6, 7)}
+
+
+def trajectory_spec():
+    observation = tensor_spec.TensorSpec([], tf.int64, "observation")
+    action = tensor_spec.TensorSpec([], tf.int64, "action")
+    return trajectory.Trajectory(
+        step_type=tensor_spec.TensorSpec([], tf.int32, "step_type"),
+        observation=observation,
+        action=action,
+        policy_info=(),
+        next_step_type=tensor_spec.TensorSpec([], tf.int32, "step_type"),
+        reward=tensor_spec.TensorSpec([], tf.float32, "reward"),
+        discount=tensor_spec.TensorSpec([], tf.float32, "discount"),
+    )
+
+
+def transition(step_type, next_step_type, observation):
+    return trajectory.Trajectory(
+        step_type=np.array([step_type], np.int32),
+        observation=np.array([observation], np.int64),
+        action=np.array([0], np.int64),
+        policy_info=(),
+        next_step_type=np.array([next_step_type], np.int32),
+        reward=np.array([1.0], np.float32),
+        discount=np.array([1.0], np.float32),
+    )
+
+
+def test_no_item_spans_an_episode_boundary_and_an_episode_end_flushes():
+    first, mid, last = (int(s) for s in (time_step.StepType.FIRST, time_step.StepType.MID, time_step.StepType.LAST))
+    with ReverbReplayBuffer(trajectory_spec(), sequence_length=2) as buffer:
+        # Two episodes: observations 0..3 then 10..12; the boundary frame (LAST -> FIRST) ends each.
+        episode_one = [(first, mid, 0), (mid, mid, 1), (mid, last, 2), (last, first, 3)]
+        episode_two = [(first, mid, 10), (mid, last, 11), (last, first, 12)]
+        for step_type, next_step_type, observation in episode_one + episode_two:
+            buffer.add_batch(transition(step_type, next_step_type, observation))
+        # No flush: the LAST frames flushed their episodes' items.
+        assert int(buffer.num_frames()) == 5
+        items, _ = buffer.get_next(sample_batch_size=300, num_steps=2)
+        windows = {tuple(w) for w in items.observation.tolist()}
+        assert windows == {(0, 1), (1, 2), (2, 3), (10, 11), (11, 12)}  # never (3, 10)
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_bad_input_changes_nothing_and_the_next_calls_work(buffer, in_function):
+    add = tf.function(buffer.add_batch) if in_function else buffer.add_batch
+    with pytest.raises((ValueError, TypeError), match="x: expected dtype int64, got int32"):
+        add({"x": np.array([1, 2], np.int32), "v": np.zeros([2, 2], np.float32)})
+    sample = tf.function(buffer.get_next) if in_function else buffer.get_next
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ReverbReplayBuffer is empty"):
+        sample(sample_batch_size=2, num_steps=3)
+    for t in range(3):
+        add(frames([t, 100 + t]))
+    buffer.flush()
+    assert int(buffer.num_frames()) == 2
+    windows, _ = drawn_windows(buffer)
+    assert windows == {(0, 1, 2), (100, 101, 102)}
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+
+
+def test_inside_tf_function_every_method_runs_when_the_graph_runs(buffer):
+    add, sample, count, clear = (
+        tf.function(buffer.add_batch),
+        tf.function(lambda: buffer.get_next(sample_batch_size=4, num_steps=3)),
+        tf.function(buffer.num_frames),
+        tf.function(buffer.clear),
+    )
+    for t in range(3):
+        add(frames([t, 100 + t]))
+    buffer.flush()
+    assert int(count()) == 2
+    items, info = sample()
+    assert items["x"].shape == (4, 3) and info.ids.shape == (4,)
+    assert {tuple(w) for w in items["x"].numpy().tolist()} <= {(0, 1, 2), (100, 101, 102)}
+    clear()
+    assert int(count()) == 0
+
+
+def test_clear_empties_the_table_and_windows_restart_after_it(buffer):
+    for t in range(4):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="is empty"):
+        buffer.get_next(sample_batch_size=1, num_steps=3)
+    for t in range(10, 13):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.flush()
+    windows, _ = drawn_windows(buffer)
+    assert windows == {(10, 11, 12), (110, 111, 112)}  # nothing from before the clear
+
+
+def test_as_dataset_batches_windows_with_keys_and_probabilities(buffer):
+    for t in range(5):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.flush()
+    items, info = next(iter(buffer.as_dataset(sample_batch_size=8, num_steps=2)))
+    assert items["x"].shape == (8, 2) and items["v"].shape == (8, 2, 2)
+    assert {tuple(w) for w in items["x"].numpy().tolist()} <= {(e + t, e + t + 1) for e in (0, 100) for t in range(3)}
+    assert info.ids.dtype == tf.int64 and info.ids.shape == (8,)
+    np.testing.assert_allclose(info.probabilities.numpy(), np.full(8, 1 / 6, np.float32))
+
+
+def test_what_a_table_cannot_do_is_refused_saying_why(buffer):
+    with pytest.raises(NotImplementedError) as raised:
+        buffer.gather_all()
+    assert str(raised.value) == NO_GATHER_ALL
+    with pytest.raises(ValueError) as raised:
+        buffer.as_dataset(sample_batch_size=2, num_steps=2, single_deterministic_pass=True)
+    assert str(raised.value) == NO_DETERMINISTIC_PASS
+    with pytest.raises(ValueError, match="num_steps: expected at most"):
+        buffer.get_next(sample_batch_size=2, num_steps=4)
+
+
+def test_the_embedded_server_listens_while_the_buffer_lives_and_stops_with_close(caplog):
+    with caplog.at_level("WARNING", logger="tfbuffers.reverb_replay_buffer"):
+        buffer = ReverbReplayBuffer(SPEC, sequence_length=2)
+    port = int(buffer.server_address.rsplit(":", 1)[1])
+    assert f"on port {port}" in caplog.text and "without authentication" in caplog.text
+    assert port_open(port)
+    assert buffer.py_client.server_info()["tfbuffers"].max_size == 100_000
+    buffer.close()
+    assert not port_open(port)
+    with pytest.raises(ValueError, match="closed"):
+        buffer.num_frames()
+    buffer.close()  # twice is allowed
+
+
+def test_a_buffer_on_an_existing_server_leaves_it_running_when_closed():
+    signature = {"x": tf.TensorSpec([2], tf.int64), "v": tf.TensorSpec([2, 2], tf.float32)}
+    table = reverb.Table(
+        "shared",
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=50,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
+    server = reverb.Server([table])
+    try:
+        address = f"localhost:{server.port}"
+        with ReverbReplayBuffer(SPEC, sequence_length=2, address=address, table_name="shared") as buffer:
+            for t in range(3):
+                buffer.add_batch(frames([t]))
+            buffer.flush()
+            windows, _ = drawn_windows(buffer)
+            assert windows == {(0, 1), (1, 2)}
+        assert port_open(server.port)
+        assert reverb.Client(address).server_info()["shared"].current_size == 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sequence_length": 0}, ValueError, "sequence_length: expected a positive int"),
+        ({"capacity": "10"}, TypeError, "capacity: expected a positive int"),
+        ({"stride": -1}, ValueError, "stride: expected a positive int"),
+        ({"address": 5}, TypeError, "address: expected a 'host:port' string or None, got int"),
+        ({"table_name": ""}, TypeError, "table_name: expected a non-empty string"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_the_field(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ReverbReplayBuffer(SPEC, **kwargs)
+
+
+def test_a_tf_driver_collects_into_it_through_the_observer():
+    from tf_agents.drivers import dynamic_step_driver
+    from tf_agents.policies import random_tf_policy
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+
+    from tfbuffers import observers
+    from tfbuffers.envs import load_gymnasium
+
+    env = load_gymnasium("CartPole-v1", num_envs=2, seed=3, tf_environment=True)
+    policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
+    reference = tf_uniform_replay_buffer.TFUniformReplayBuffer(policy.trajectory_spec, batch_size=2, max_length=200)
+    with ReverbReplayBuffer(policy.trajectory_spec, sequence_length=2, batch_size=2) as buffer:
+        driver = dynamic_step_driver.DynamicStepDriver(
+            env, policy, observers=[observers.TFObserver(buffer), reference.add_batch], num_steps=120
+        )
+        tf.function(driver.run)(env.reset())
+        buffer.flush()
+        # The windows the reference's frames allow: consecutive frames of one environment, not across FIRST.
+        frames = reference.gather_all()
+        expected = set()
+        for env_index in range(2):
+            observation = frames.observation.numpy()[env_index]
+            step_type = frames.step_type.numpy()[env_index]
+            for t in range(len(step_type) - 1):
+                if step_type[t + 1] != time_step.StepType.FIRST:
+                    expected.add((observation[t].tobytes(), observation[t + 1].tobytes()))
+        assert int(buffer.num_frames()) == len(expected)
+        items, _ = buffer.get_next(sample_batch_size=400, num_steps=2)
+        drawn = {(w[0].tobytes(), w[1].tobytes()) for w in items.observation}
+        assert drawn <= expected and len(drawn) > len(expected) // 2

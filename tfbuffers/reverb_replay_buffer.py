@@ -1,0 +1,365 @@
+"""`ReverbReplayBuffer`: the tfbuffers API over one table of a DeepMind Reverb server.
+
+Needs dm-reverb (the pinned stack: Python 3.11, `pip install tfbuffers[reverb]`);
+importing `tfbuffers` does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import specs
+from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, positive_int, weak_method
+
+logger = logging.getLogger(__name__)
+
+# TF-Agents' `StepType` values (tf_agents.trajectories.time_step.StepType), read off a Trajectory's `step_type`.
+FIRST, LAST = 0, 2
+
+NO_REVERB = (
+    "ReverbReplayBuffer needs dm-reverb, which could not be imported ({error}); it installs on Python 3.11 "
+    "with tensorflow 2.15: pip install -c constraints.txt -e '.[reverb]'"
+)
+EMPTY = (
+    "{buffer} is empty: table {table!r} holds {items} item(s), fewer than the {needed} it needs before sampling. "
+    "Make sure to add items before sampling the buffer."
+)
+NO_GATHER_ALL = (
+    "ReverbReplayBuffer.gather_all: a Reverb table can be sampled, not read whole in order; use get_next or "
+    "as_dataset, or a local buffer (TFUniformReplayBuffer, PyUniformReplayBuffer)"
+)
+NO_DETERMINISTIC_PASS = (
+    "ReverbReplayBuffer.as_dataset: single_deterministic_pass: a Reverb table has no order to pass through; "
+    "use a local buffer for a deterministic pass"
+)
+STARTED = (
+    "tfbuffers started an embedded Reverb server for table %r on port %d. It listens on every network interface "
+    "without authentication: anyone who can reach this machine on that port can read, write and clear the buffer. "
+    "It stops when the buffer is closed."
+)
+
+
+def _import_reverb() -> Any:
+    try:
+        import reverb
+    except ImportError as error:  # another platform or Python
+        raise ImportError(NO_REVERB.format(error=error)) from error
+    return reverb
+
+
+class ReverbReplayBuffer(ReplayBuffer):
+    """A replay buffer on one table of a Reverb server: the local buffers' API, Reverb's storage.
+
+    Each environment of the batch (a segment, as in the local buffers) has its own
+    Reverb trajectory writer. Every frame it adds ends a window of the last
+    `sequence_length` frames of that environment; once the environment has that
+    many frames since its episode began, the window is written to the table as
+    one item (every `stride` frames). So the table holds windows, never frames
+    alone, and sampling draws windows uniformly (Reverb's `Uniform` sampler),
+    the oldest removed first (`Fifo`) once the table holds `capacity` items.
+
+    Episodes: when `data_spec` is a TF-Agents `Trajectory` (it has a `step_type`),
+    a frame whose step type is FIRST begins a new episode: no item spans a
+    LAST → FIRST boundary. A frame whose step type is LAST flushes its writer, so
+    an episode's items are in the table when it ends. Other specs have no
+    episodes: windows run across everything an environment adds.
+
+    Differences from the local buffers, all because Reverb stores items, not a ring:
+
+    * `num_frames()` is the number of items (windows) in the table.
+    * `get_next`/`as_dataset` take `num_steps` up to `sequence_length`: the first
+      `num_steps` frames of each drawn window (None: its first frame, no time axis).
+      `BufferInfo.ids` are the items' keys (int64), one per window;
+      `BufferInfo.probabilities` Reverb's probability of each draw.
+    * `gather_all` and the deterministic pass raise: a table has no order to read.
+    * `add_batch` returns each environment's count of frames added so far, minus
+      one (ids of frames, not of items; items are made later, once windows fill).
+
+    With no `address`, the buffer starts an in-process Reverb server on a free
+    port, says so in one log line, and stops it in `close()` (or when the buffer
+    is garbage collected). Reverb serves gRPC on every interface without
+    authentication: keep the machine's port private (see the README). With an
+    `address` ("host:port"), it connects to a server that already serves
+    `table_name` with this buffer's signature.
+
+    Example:
+    >>> spec = {"x": tf.TensorSpec([], tf.int64)}
+    >>> with ReverbReplayBuffer(spec, sequence_length=2, capacity=100) as buffer:
+    ...     for step in range(4):
+    ...         _ = buffer.add_batch({"x": np.array([step])})
+    ...     buffer.flush()
+    ...     items, info = buffer.get_next(sample_batch_size=5, num_steps=2)
+    ...     int(buffer.num_frames()), {tuple(w) for w in items["x"].tolist()} <= {(0, 1), (1, 2), (2, 3)}
+    (3, True)
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        sequence_length: int = 2,
+        *,
+        batch_size: int = 1,
+        capacity: int = 100_000,
+        stride: int = 1,
+        address: str | None = None,
+        table_name: str = "tfbuffers",
+        min_size_to_sample: int = 1,
+    ) -> None:
+        """Creates the buffer, and a server when no `address` is given.
+
+        Args:
+          data_spec: A nest of `tf.TensorSpec` (or `ArraySpec`) describing one frame,
+            usually `agent.collect_data_spec`.
+          sequence_length: Frames per item (window): the longest `num_steps` sampled.
+          batch_size: Environments: the leading dimension of every `add_batch`.
+          capacity: Items the table holds; the oldest is removed first beyond it.
+          stride: Frames between the starts of consecutive items of one environment.
+          address: "host:port" of a running server that has `table_name`; None starts
+            an embedded one.
+          table_name: The table's name.
+          min_size_to_sample: Items the table must hold before it can be sampled
+            (Reverb's `MinSize` rate limiter).
+
+        Raises:
+          ImportError: If dm-reverb cannot be imported.
+          TypeError, ValueError: If an argument has the wrong type or is out of range.
+        """
+        reverb = _import_reverb()
+        sequence_length = positive_int("sequence_length", sequence_length)
+        batch_size = positive_int("batch_size", batch_size)
+        capacity = positive_int("capacity", capacity)
+        stride = positive_int("stride", stride)
+        min_size_to_sample = positive_int("min_size_to_sample", min_size_to_sample)
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"address: expected a 'host:port' string or None, got {type(address).__name__}")
+        if not isinstance(table_name, str) or not table_name:
+            raise TypeError(f"table_name: expected a non-empty string, got {table_name!r}")
+        super().__init__(data_spec, capacity)
+        self._sequence_length = sequence_length
+        self._batch_size = batch_size
+        self._stride = stride
+        self._table_name = table_name
+        self._min_size = min_size_to_sample
+        self._signature = tf.nest.map_structure(
+            lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), self._data_spec
+        )
+        self._dtypes = [field.spec.dtype for field in self._fields]
+        paths = [field.path for field in self._fields]
+        self._step_type_index = paths.index("step_type") if hasattr(self._data_spec, "step_type") else None
+        self._server = None
+        if address is None:
+            table = reverb.Table(
+                name=table_name,
+                sampler=reverb.selectors.Uniform(),
+                remover=reverb.selectors.Fifo(),
+                max_size=capacity,
+                rate_limiter=reverb.rate_limiters.MinSize(min_size_to_sample),
+                signature=self._signature,
+            )
+            self._server = reverb.Server([table])
+            address = f"localhost:{self._server.port}"
+            logger.warning(STARTED, table_name, self._server.port)
+            # The embedded server does not outlive its buffer, closed or not.
+            self._finalizer = weakref.finalize(self, self._server.stop)
+        self._address = address
+        self._client = reverb.Client(address)
+        self._lock = threading.Lock()  # one writer per environment, used by one thread at a time
+        self._writers = [self._client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
+        self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
+        self._added = np.zeros(batch_size, np.int64)  # frames each environment added in all
+
+    @property
+    def batch_size(self) -> int:
+        """The number of environments: the leading dimension `add_batch` expects."""
+        return self._batch_size
+
+    @property
+    def sequence_length(self) -> int:
+        """Frames per item: the longest window `get_next` and `as_dataset` sample."""
+        return self._sequence_length
+
+    @property
+    def table_name(self) -> str:
+        """The Reverb table the buffer reads and writes."""
+        return self._table_name
+
+    @property
+    def server_address(self) -> str:
+        """The server's "host:port"."""
+        return self._address
+
+    @property
+    def py_client(self) -> Any:
+        """The `reverb.Client` of the server (for example `py_client.checkpoint()`)."""
+        self._check_open()
+        return self._client
+
+    def flush(self) -> None:
+        """Sends every item written so far to the server and waits until it has them."""
+        self._check_open()
+        with self._lock:
+            for writer in self._writers:
+                writer.flush()
+
+    # Hooks of ReplayBuffer.
+
+    def _add_batch_outer_dims(self) -> tuple[int, ...]:
+        return (self._batch_size,)
+
+    def _max_num_steps(self) -> int:
+        return self._sequence_length
+
+    def _num_frames(self) -> Any:
+        if not tf.executing_eagerly():
+            return tf.ensure_shape(tf.numpy_function(weak_method(self._num_items), [], tf.int64, stateful=True), [])
+        return self._num_items()
+
+    def _num_items(self) -> np.int64:
+        self._check_open()
+        return np.int64(self._client.server_info()[self._table_name].current_size)
+
+    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
+        if not tf.executing_eagerly():
+            # Written when the graph runs, not when it is traced; the values are checked again then.
+            inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
+            ids = tf.numpy_function(weak_method(self._add_arrays), inputs, tf.int64, stateful=True)
+            return tf.ensure_shape(ids, [self._batch_size])
+        arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
+        with self._lock:
+            self._check_open()
+            for env, writer in enumerate(self._writers):
+                self._append_locked(env, writer, [array[env] for array in arrays])
+            ids = self._added.copy()
+            self._added += 1
+        return ids
+
+    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
+        return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
+
+    def _append_locked(self, env: int, writer: Any, frame: list[np.ndarray]) -> None:
+        step_type = None if self._step_type_index is None else int(frame[self._step_type_index])
+        if step_type == FIRST and self._episode_frames[env]:
+            writer.end_episode(clear_buffers=False)  # no item reaches back into the last episode
+            self._episode_frames[env] = 0
+        writer.append(specs.pack(self._data_spec, frame))
+        self._episode_frames[env] += 1
+        length = self._sequence_length
+        if self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0:
+            window = tf.nest.map_structure(lambda column: column[-length:], writer.history)
+            writer.create_item(self._table_name, priority=1.0, trajectory=window)
+        if step_type == LAST:
+            writer.flush()
+
+    def _check_sampleable(self) -> None:
+        items = int(self._num_items())
+        if items < self._min_size:
+            message = EMPTY.format(
+                buffer=type(self).__name__, table=self._table_name, items=items, needed=self._min_size
+            )
+            raise tf.errors.InvalidArgumentError(None, None, message)
+
+    def _sample_arrays(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+        self._check_open()
+        self._check_sampleable()
+        count = 1 if sample_batch_size is None else sample_batch_size
+        samples = list(
+            self._client.sample(self._table_name, count, emit_timesteps=False, unpack_as_table_signature=True)
+        )
+        leaves = [
+            np.stack([self._window(leaf, num_steps) for leaf in column])
+            for column in zip(*(tf.nest.flatten(sample.data) for sample in samples))
+        ]
+        keys = np.array([sample.info.key for sample in samples], np.uint64).view(np.int64)
+        probabilities = np.array([sample.info.probability for sample in samples], np.float32)
+        outputs = [*leaves, keys, probabilities]
+        return outputs if sample_batch_size is not None else [output[0] for output in outputs]
+
+    def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+        try:
+            return self._sample_arrays(sample_batch_size, num_steps)
+        except tf.errors.InvalidArgumentError as error:
+            # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
+            raise ValueError(error.message) from None
+
+    @staticmethod
+    def _window(leaf: np.ndarray, num_steps: int | None) -> np.ndarray:
+        return leaf[0] if num_steps is None else leaf[:num_steps]
+
+    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
+        outputs: Any
+        if tf.executing_eagerly():
+            outputs = self._sample_arrays(sample_batch_size, num_steps)
+        else:
+            outputs = tf.numpy_function(
+                functools.partial(weak_method(self._sample_list), sample_batch_size, num_steps),
+                [],
+                [*self._dtypes, tf.int64, tf.float32],
+                stateful=True,
+            )
+            batch = [] if sample_batch_size is None else [sample_batch_size]
+            time = [] if num_steps is None else [num_steps]
+            for output, field in zip(outputs, self._fields):
+                output.set_shape([*batch, *time, *field.spec.shape])
+            for output in outputs[-2:]:
+                output.set_shape(batch)
+        leaves, keys, probabilities = outputs[:-2], outputs[-2], outputs[-1]
+        return self._pack(leaves), BufferInfo(keys, probabilities)
+
+    def _as_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        reverb = _import_reverb()
+        dataset = reverb.TrajectoryDataset.from_table_signature(
+            server_address=self._address,
+            table=self._table_name,
+            max_in_flight_samples_per_worker=2 * (sample_batch_size or 1),
+        )
+
+        def element(sample: Any) -> tuple[Any, BufferInfo]:
+            items = tf.nest.map_structure(lambda leaf: self._window(leaf, num_steps), sample.data)
+            info = BufferInfo(tf.bitcast(sample.info.key, tf.int64), tf.cast(sample.info.probability, tf.float32))
+            return self._pack_for_dataset(tf.nest.flatten(items)), info
+
+        dataset = dataset.map(element, num_parallel_calls=num_parallel_calls)
+        if sample_batch_size is not None:
+            dataset = dataset.batch(sample_batch_size, drop_remainder=True)
+        return dataset
+
+    def _single_deterministic_pass_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        raise ValueError(NO_DETERMINISTIC_PASS)
+
+    def _gather_all(self) -> Any:
+        raise NotImplementedError(NO_GATHER_ALL)
+
+    def _clear(self) -> None:
+        if not tf.executing_eagerly():
+            tf.numpy_function(weak_method(self._clear_value), [], tf.int64, stateful=True)
+            return
+        self._clear_value()
+
+    def _clear_value(self) -> np.int64:
+        with self._lock:
+            self._check_open()
+            for writer in self._writers:
+                writer.end_episode(clear_buffers=True)  # pending items are written, then the table emptied
+            self._client.reset(self._table_name)
+            self._episode_frames[:] = 0
+        return np.int64(0)
+
+    def _close(self) -> None:
+        with self._lock:
+            for writer in self._writers:
+                writer.close()
+            self._writers = []
+        if self._server is not None:
+            self._finalizer()  # stops the server once
+            self._server = None
