@@ -275,3 +275,72 @@ def test_a_tf_driver_collects_into_it_through_the_observer():
         items, _ = buffer.get_next(sample_batch_size=400, num_steps=2)
         drawn = {(w[0].tobytes(), w[1].tobytes()) for w in items.observation}
         assert drawn <= expected and len(drawn) > len(expected) // 2
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_a_prioritized_table_draws_by_the_priorities_given(in_function):
+    with ReverbReplayBuffer(SPEC, sequence_length=2, sampler="prioritized", priority_exponent=1.0) as buffer:
+        for t in range(4):
+            buffer.add_batch(frames([t]))
+        buffer.flush()
+        # The keys of the three windows, from a sample that surely holds each.
+        items, info = buffer.get_next(sample_batch_size=200, num_steps=2)
+        key_of = {int(items["x"][i, 0]): int(info.ids[i]) for i in range(200)}
+        assert sorted(key_of) == [0, 1, 2]
+        update = tf.function(buffer.update_priorities) if in_function else buffer.update_priorities
+        update(np.array([key_of[0], key_of[1], key_of[2]]), np.array([0.0, 1.0, 3.0]))
+        items, info = buffer.get_next(sample_batch_size=4000, num_steps=2)
+        starts = items["x"][:, 0]
+        assert set(starts.tolist()) == {1, 2}  # priority 0: never drawn
+        np.testing.assert_allclose(info.probabilities[starts == 1], 0.25)
+        np.testing.assert_allclose(info.probabilities[starts == 2], 0.75)
+        # Reverb cannot be seeded: within 5 standard deviations (fails about once in 2 million runs).
+        assert abs(np.mean(starts == 2) - 0.75) < 5 * np.sqrt(0.75 * 0.25 / 4000)
+        # A new window gets the largest priority given so far.
+        buffer.add_batch(frames([4]))
+        buffer.flush()
+        items, info = buffer.get_next(sample_batch_size=4000, num_steps=2)
+        np.testing.assert_allclose(info.probabilities[items["x"][:, 0] == 3], 3 / 7)
+
+
+def test_priorities_are_checked_and_a_uniform_table_refuses_them(buffer):
+    with pytest.raises(ValueError, match="table 'tfbuffers' samples uniformly; create the buffer with sampler="):
+        buffer.update_priorities(np.array([1]), np.array([1.0]))
+    with ReverbReplayBuffer(SPEC, sequence_length=1, sampler="prioritized", priority_exponent=1.0) as prioritized:
+        prioritized.add_batch(frames([7]))
+        prioritized.flush()
+        _, info = prioritized.get_next(sample_batch_size=1)
+        with pytest.raises(ValueError, match=r"priorities: expected finite values >= 0, got nan at index 1"):
+            prioritized.update_priorities(np.array([info.ids[0], info.ids[0]]), np.array([2.0, np.nan]))
+        with pytest.raises(ValueError, match=r"priorities: expected the shape of ids, \[1\], got \[2\]"):
+            prioritized.update_priorities(info.ids, np.array([1.0, 2.0]))
+        with pytest.raises(TypeError, match="ids: expected integer frame ids, got dtype float64"):
+            prioritized.update_priorities(np.array([1.5]), np.array([1.0]))
+        _, info = prioritized.get_next(sample_batch_size=1)
+        assert float(info.probabilities[0]) == 1.0  # nothing changed: still the only item
+
+
+def test_a_sample_to_insert_ratio_rate_limiter_is_configured_as_asked():
+    with ReverbReplayBuffer(SPEC, sequence_length=1, min_size_to_sample=10, samples_per_insert=4.0) as buffer:
+        limiter = buffer.py_client.server_info()["tfbuffers"].rate_limiter_info
+        assert limiter.samples_per_insert == 4.0 and limiter.min_size_to_sample == 10
+        assert (limiter.min_diff, limiter.max_diff) == (40.0 - 4.0, 40.0 + 4.0)  # error_buffer: max(10% of 40, 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sampler": "fifo"}, ValueError, r"sampler: expected one of \['uniform', 'prioritized'\], got 'fifo'"),
+        ({"priority_exponent": -1.0}, ValueError, "priority_exponent: expected a finite number >= 0, got -1.0"),
+        ({"samples_per_insert": 0}, ValueError, "samples_per_insert: expected a finite number > 0 or None, got 0"),
+        ({"samples_per_insert": "2"}, TypeError, "samples_per_insert: expected a finite number > 0 or None, got str"),
+        (
+            {"samples_per_insert": 4.0, "error_buffer": 2.0},
+            ValueError,
+            r"error_buffer: expected at least max\(1.0, samples_per_insert\) = 4 .*, got 2.0",
+        ),
+    ],
+)
+def test_bad_table_options_are_refused_naming_the_field(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ReverbReplayBuffer(SPEC, **kwargs)

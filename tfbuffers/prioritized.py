@@ -77,13 +77,14 @@ def check_extras(extras: dict[str, np.ndarray], source: str) -> None:
         raise ValueError(f"{source}: {MAX_PRIORITY}: expected a finite value >= every priority, got {largest}")
 
 
-def check_update(ids: Any, priorities: Any, next_id: int) -> tuple[np.ndarray, np.ndarray]:
+def check_update(ids: Any, priorities: Any, next_id: int | None) -> tuple[np.ndarray, np.ndarray]:
     """The arguments of `update_priorities` as int64 and float64 arrays, or an error naming what is wrong.
 
     Args:
       ids: Frame ids, any shape, as `BufferInfo.ids` returns them.
       priorities: One priority per id, the same shape.
       next_id: The id the next stored frame gets (`added * batch_size`): ids at or above it were never stored.
+        None for ids that cannot be checked so (a Reverb table's item keys).
 
     Raises:
       TypeError: If `ids` are not integers.
@@ -98,7 +99,7 @@ def check_update(ids: Any, priorities: Any, next_id: int) -> tuple[np.ndarray, n
     bad = np.flatnonzero(~np.isfinite(priorities) | (priorities < 0))
     if bad.size:
         raise ValueError(NOT_A_PRIORITY.format(value=priorities[bad[0]], index=int(bad[0])))
-    bad = np.flatnonzero((ids < 0) | (ids >= next_id))
+    bad = np.flatnonzero((ids < 0) | (ids >= next_id)) if next_id is not None else np.zeros(0, np.int64)
     if bad.size:
         raise ValueError(NEVER_STORED.format(next_id=next_id, value=ids[bad[0]], index=int(bad[0])))
     return ids, priorities

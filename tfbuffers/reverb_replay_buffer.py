@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import specs
+from tfbuffers import prioritized, specs
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, positive_int, weak_method
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,17 @@ NO_GATHER_ALL = (
 NO_DETERMINISTIC_PASS = (
     "ReverbReplayBuffer.as_dataset: single_deterministic_pass: a Reverb table has no order to pass through; "
     "use a local buffer for a deterministic pass"
+)
+SAMPLERS = ("uniform", "prioritized")
+NOT_A_SAMPLER = "sampler: expected one of {expected}, got {received!r}"
+NOT_A_RATIO = "samples_per_insert: expected a finite number > 0 or None, got {received}"
+ERROR_BUFFER_TOO_SMALL = (
+    "error_buffer: expected at least max(1.0, samples_per_insert) = {minimum:g} (smaller ones can block every "
+    "sample or insert), got {received}"
+)
+NOT_PRIORITIZED = (
+    "ReverbReplayBuffer.update_priorities: table {table!r} samples uniformly; create the buffer with "
+    "sampler='prioritized' to sample by priority"
 )
 STARTED = (
     "tfbuffers started an embedded Reverb server for table %r on port %d. It listens on every network interface "
@@ -62,8 +73,9 @@ class ReverbReplayBuffer(ReplayBuffer):
     `sequence_length` frames of that environment; once the environment has that
     many frames since its episode began, the window is written to the table as
     one item (every `stride` frames). So the table holds windows, never frames
-    alone, and sampling draws windows uniformly (Reverb's `Uniform` sampler),
-    the oldest removed first (`Fifo`) once the table holds `capacity` items.
+    alone, and sampling draws windows, uniformly (Reverb's `Uniform` sampler) or
+    by priority (`sampler="prioritized"`, with `update_priorities`), the oldest
+    removed first (`Fifo`) once the table holds `capacity` items.
 
     Episodes: when `data_spec` is a TF-Agents `Trajectory` (it has a `step_type`),
     a frame whose step type is FIRST begins a new episode: no item spans a
@@ -110,7 +122,11 @@ class ReverbReplayBuffer(ReplayBuffer):
         stride: int = 1,
         address: str | None = None,
         table_name: str = "tfbuffers",
+        sampler: str = "uniform",
+        priority_exponent: float = 0.6,
         min_size_to_sample: int = 1,
+        samples_per_insert: float | None = None,
+        error_buffer: float | None = None,
     ) -> None:
         """Creates the buffer, and a server when no `address` is given.
 
@@ -124,8 +140,21 @@ class ReverbReplayBuffer(ReplayBuffer):
           address: "host:port" of a running server that has `table_name`; None starts
             an embedded one.
           table_name: The table's name.
-          min_size_to_sample: Items the table must hold before it can be sampled
-            (Reverb's `MinSize` rate limiter).
+          sampler: "uniform" (Reverb's `Uniform`) or "prioritized" (`Prioritized`: items
+            drawn with probability proportional to `priority ** priority_exponent`; see
+            `update_priorities`).
+          priority_exponent: Alpha, for the prioritized sampler.
+          min_size_to_sample: Items the table must hold before it can be sampled.
+          samples_per_insert: None for Reverb's `MinSize` rate limiter (sampling never
+            waits once the table holds `min_size_to_sample` items). A number for
+            `SampleToInsertRatio`: once the table holds `min_size_to_sample` items,
+            inserts and samples wait for each other to keep about this many samples per
+            inserted item. A program that adds and samples in one thread then blocks for
+            good when the ratio is off: use it with actors and learners in threads or
+            processes.
+          error_buffer: How far the ratio may drift (Reverb's `error_buffer`), at least
+            `max(1.0, samples_per_insert)`; default 10% of `min_size_to_sample *
+            samples_per_insert`, and no less than that minimum.
 
         Raises:
           ImportError: If dm-reverb cannot be imported.
@@ -137,6 +166,10 @@ class ReverbReplayBuffer(ReplayBuffer):
         capacity = positive_int("capacity", capacity)
         stride = positive_int("stride", stride)
         min_size_to_sample = positive_int("min_size_to_sample", min_size_to_sample)
+        if sampler not in SAMPLERS:
+            raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
+        priority_exponent = prioritized.check_exponent(priority_exponent)
+        rate_limiter = _rate_limiter(reverb, min_size_to_sample, samples_per_insert, error_buffer)
         if address is not None and not isinstance(address, str):
             raise TypeError(f"address: expected a 'host:port' string or None, got {type(address).__name__}")
         if not isinstance(table_name, str) or not table_name:
@@ -147,6 +180,8 @@ class ReverbReplayBuffer(ReplayBuffer):
         self._stride = stride
         self._table_name = table_name
         self._min_size = min_size_to_sample
+        self._sampler = sampler
+        self._max_priority = 1.0  # new items' priority: the largest given through update_priorities
         self._signature = tf.nest.map_structure(
             lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), self._data_spec
         )
@@ -157,10 +192,14 @@ class ReverbReplayBuffer(ReplayBuffer):
         if address is None:
             table = reverb.Table(
                 name=table_name,
-                sampler=reverb.selectors.Uniform(),
+                sampler=(
+                    reverb.selectors.Uniform()
+                    if sampler == "uniform"
+                    else reverb.selectors.Prioritized(priority_exponent)
+                ),
                 remover=reverb.selectors.Fifo(),
                 max_size=capacity,
-                rate_limiter=reverb.rate_limiters.MinSize(min_size_to_sample),
+                rate_limiter=rate_limiter,
                 signature=self._signature,
             )
             self._server = reverb.Server([table])
@@ -253,9 +292,41 @@ class ReverbReplayBuffer(ReplayBuffer):
         length = self._sequence_length
         if self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0:
             window = tf.nest.map_structure(lambda column: column[-length:], writer.history)
-            writer.create_item(self._table_name, priority=1.0, trajectory=window)
+            writer.create_item(self._table_name, priority=self._max_priority, trajectory=window)
         if step_type == LAST:
             writer.flush()
+
+    def update_priorities(self, ids: Any, priorities: Any) -> Any:
+        """Sets the priorities of the items `ids` (the keys `BufferInfo.ids` returned).
+
+        Only for `sampler="prioritized"`. New items get the largest priority given
+        here so far (1.0 at first and after `clear`), as in the PER paper. Reverb
+        ignores keys no longer in the table (removed since they were sampled, normal
+        when collecting while training) and does not say how many: this returns None.
+        Eagerly, and inside `tf.function` when the graph runs.
+
+        Raises:
+          TypeError: If `ids` are not integers.
+          ValueError: If the table samples uniformly, the shapes differ, or a priority
+            is negative, NaN or infinite. Nothing is changed then.
+        """
+        self._check_open()
+        if self._sampler != "prioritized":
+            raise ValueError(NOT_PRIORITIZED.format(table=self._table_name))
+        if not tf.executing_eagerly():
+            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
+            tf.numpy_function(weak_method(self._update_value), inputs, tf.int64, stateful=True)
+            return None
+        self._update_value(np.asarray(ids), np.asarray(priorities))
+        return None
+
+    def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
+        ids, priorities = prioritized.check_update(ids, priorities, None)
+        keys = ids.view(np.uint64)
+        self._client.mutate_priorities(self._table_name, updates=dict(zip(keys.tolist(), priorities.tolist())))
+        if priorities.size and priorities.max() > self._max_priority:
+            self._max_priority = float(priorities.max())
+        return np.int64(0)
 
     def _check_sampleable(self) -> None:
         items = int(self._num_items())
@@ -353,6 +424,7 @@ class ReverbReplayBuffer(ReplayBuffer):
                 writer.end_episode(clear_buffers=True)  # pending items are written, then the table emptied
             self._client.reset(self._table_name)
             self._episode_frames[:] = 0
+            self._max_priority = 1.0
         return np.int64(0)
 
     def _close(self) -> None:
@@ -363,3 +435,19 @@ class ReverbReplayBuffer(ReplayBuffer):
         if self._server is not None:
             self._finalizer()  # stops the server once
             self._server = None
+
+
+def _rate_limiter(reverb: Any, min_size: int, samples_per_insert: Any, error_buffer: Any) -> Any:
+    """Reverb's `MinSize`, or `SampleToInsertRatio` when `samples_per_insert` is given (arguments checked)."""
+    if samples_per_insert is None:
+        return reverb.rate_limiters.MinSize(min_size)
+    if isinstance(samples_per_insert, bool) or not isinstance(samples_per_insert, int | float):
+        raise TypeError(NOT_A_RATIO.format(received=f"{type(samples_per_insert).__name__} {samples_per_insert!r}"))
+    if not np.isfinite(samples_per_insert) or samples_per_insert <= 0:
+        raise ValueError(NOT_A_RATIO.format(received=samples_per_insert))
+    minimum = max(1.0, float(samples_per_insert))
+    if error_buffer is None:
+        error_buffer = max(0.1 * min_size * samples_per_insert, minimum)
+    elif isinstance(error_buffer, bool) or not isinstance(error_buffer, int | float) or not error_buffer >= minimum:
+        raise ValueError(ERROR_BUFFER_TOO_SMALL.format(minimum=minimum, received=error_buffer))
+    return reverb.rate_limiters.SampleToInsertRatio(samples_per_insert, min_size, error_buffer)
