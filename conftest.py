@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 # Docstring examples that need dm-reverb, which installs on the pinned stack only (Python 3.11).
-NEEDS_REVERB = ("tfbuffers/reverb_replay_buffer.py",)
+NEEDS_REVERB = ("tfbuffers/reverb_replay_buffer.py", "tfbuffers/manager.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,12 +7,19 @@ crash-safe file, --output-dir/--buffer-name/buffer.safetensors, whose header hol
 the layout and the run's metadata (policy, environment, runs, frames collected,
 seed). `train_dqn.py --starter-buffer DIR` starts from it.
 
+With --reverb the buffer is a `tfbuffers.ReplayBufferManager`'s instead: windows of 2
+frames on an embedded Reverb server, checkpointed into --output-dir/--buffer-name, which
+`ReplayBufferManager(spec, capacity, DIR).load_replay_buffer()` restores (dm-reverb: the
+pinned stack only).
+
     python scripts/populate_starter_buffer.py --buffer-name cartpole-scripted --policy scripted --num-runs 10
+    python scripts/populate_starter_buffer.py --buffer-name cartpole-reverb --reverb
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import pathlib
 import sys
@@ -30,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
+import tfbuffers  # noqa: E402
 from tfbuffers.collect import warm  # noqa: E402
 from tfbuffers.envs import load_gymnasium  # noqa: E402
 
@@ -72,8 +80,12 @@ def populate(
     seed: int = 0,
     overwrite: bool = False,
     progress: bool = True,
+    reverb: bool = False,
 ) -> tuple[pathlib.Path, dict[str, Any]]:
     """Fills and saves a starter buffer; returns its directory and metadata.
+
+    With `reverb`, the buffer is a `ReplayBufferManager`'s (windows of 2 frames on an embedded
+    Reverb server, `capacity` items), checkpointed into the directory; `buffer_kind` is ignored.
 
     Raises:
       FileExistsError: If a buffer of that name exists and `overwrite` is False.
@@ -84,6 +96,8 @@ def populate(
     tf.random.set_seed(seed)
     env = load_gymnasium(env_id, num_envs=num_envs, seed=seed, tf_environment=True)
     policy = make_policy(policy_name, env)
+    if reverb:
+        return _populate_reverb(directory, capacity, steps_per_run, num_runs, env, policy, overwrite, progress)
     buffer = _common.make_buffer(buffer_kind, policy.trajectory_spec, num_envs, max(capacity // num_envs, 2))
     frames = 0
     with tqdm(total=steps_per_run * num_runs * num_envs, unit="frame", desc=buffer_name, disable=not progress) as bar:
@@ -101,6 +115,30 @@ def populate(
     }
     _common.save_starter_buffer(buffer, directory, metadata)
     return directory, _common.read_starter_metadata(directory)
+
+
+def _populate_reverb(
+    directory: pathlib.Path,
+    capacity: int,
+    steps_per_run: int,
+    num_runs: int,
+    env: Any,
+    policy: Any,
+    overwrite: bool,
+    progress: bool,
+) -> tuple[pathlib.Path, dict[str, Any]]:
+    manager = tfbuffers.ReplayBufferManager(
+        policy.trajectory_spec, capacity, directory, sequence_length=2, batch_size=env.batch_size, use_reverb=True
+    )
+    with manager:
+        buffer, _ = manager.create_replay_buffer(overwrite=overwrite)
+        frames = 0
+        with tqdm(total=steps_per_run * num_runs * env.batch_size, unit="frame", disable=not progress) as bar:
+            for _ in range(num_runs):
+                frames += warm(buffer, env, policy, steps_per_run * env.batch_size, reset=True, progress=bar)
+        items = int(manager.num_frames())
+        checkpoint = manager.checkpoint()
+    return directory, {"frames_collected": frames, "items": items, "checkpoint": checkpoint}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", default="out/starter", help="directory that holds starter buffers")
     parser.add_argument("--seed", type=int, default=0, help="seed of TF and the environments")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing buffer of the same name")
+    parser.add_argument(
+        "--reverb",
+        action="store_true",
+        help="fill a ReplayBufferManager's Reverb buffer (windows of 2 frames, --capacity items) and checkpoint "
+        "it into --output-dir/--buffer-name (needs dm-reverb: the pinned stack)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -138,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.capacity < args.num_envs:
         parser.error(f"argument --capacity: expected at least --num-envs={args.num_envs}, got {args.capacity}")
+    if args.reverb and importlib.util.find_spec("reverb") is None:
+        parser.error(
+            "argument --reverb: dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)"
+        )
     try:
         directory, metadata = populate(
             buffer_name=args.buffer_name,
@@ -152,10 +200,19 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             overwrite=args.overwrite,
             progress=not args.no_progress,
+            reverb=args.reverb,
         )
     except FileExistsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.reverb:
+        print(
+            f"Checkpointed {metadata['items']} items (windows of 2 frames; {metadata['frames_collected']} frames "
+            f"collected by the {args.policy} policy in {args.num_runs} runs) to {directory}. Load it: "
+            f"tfbuffers.ReplayBufferManager(spec, {args.capacity}, {str(directory)!r}, "
+            f"batch_size={args.num_envs}).load_replay_buffer()"
+        )
+        return 0
     print(
         f"Saved {metadata['frames']} frames ({metadata['frames_collected']} collected by the {args.policy} policy "
         f"in {args.num_runs} runs) to {directory}. Train from it: "

@@ -44,6 +44,7 @@ def test_buffer_info_has_tf_agents_fields():
 
 def test_public_names():
     from tfbuffers import (
+        manager,
         prioritized,
         py_prioritized_replay_buffer,
         py_uniform_replay_buffer,
@@ -60,6 +61,7 @@ def test_public_names():
         "PyPrioritizedReplayBuffer",
         "PyUniformReplayBuffer",
         "ReplayBuffer",
+        "ReplayBufferManager",
         "ReverbReplayBuffer",
         "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
@@ -72,6 +74,7 @@ def test_public_names():
     assert tfbuffers.PyUniformReplayBuffer is py_uniform_replay_buffer.PyUniformReplayBuffer
     assert tfbuffers.ReplayBuffer is replay_buffer.ReplayBuffer
     assert tfbuffers.ReverbReplayBuffer is reverb_replay_buffer.ReverbReplayBuffer
+    assert tfbuffers.ReplayBufferManager is manager.ReplayBufferManager
     assert tfbuffers.TFPrioritizedReplayBuffer is tf_prioritized_replay_buffer.TFPrioritizedReplayBuffer
     assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer

@@ -72,6 +72,7 @@ tf_agents_examples = load_script("tf_agents_examples")
                 "--output-dir",
                 "--seed",
                 "--overwrite",
+                "--reverb",
                 "--no-progress",
             },
         ),
@@ -131,6 +132,30 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
     assert pathlib.Path(result.curve_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(pathlib.Path(result.summary_json).read_text())
     assert summary["config"]["buffer"] == buffer and summary["result"]["train_steps"] == 200
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_path, capsys):
+    from tf_agents.policies import random_tf_policy
+
+    import tfbuffers
+    from tfbuffers.envs import load_gymnasium
+
+    argv = ["--buffer-name", "reverb", "--reverb", "--capacity", "500", "--steps-per-run", "60", "--num-runs", "2"]
+    argv += ["--num-envs", "2", "--output-dir", str(tmp_path), "--no-progress"]
+    assert populate_starter_buffer.main(argv) == 0
+    out = capsys.readouterr().out
+    items = int(out.split("Checkpointed ")[1].split(" items")[0])
+    # Windows of 2 frames of one episode: fewer than the 240 frames collected (each episode's first has none).
+    assert 0 < items < 2 * 2 * 60
+    assert populate_starter_buffer.main(argv) == 2
+    assert "already holds a checkpoint" in capsys.readouterr().err
+    assert populate_starter_buffer.main([*argv, "--overwrite"]) == 0
+    env = load_gymnasium("CartPole-v1", num_envs=2, tf_environment=True)
+    spec = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec()).trajectory_spec
+    with tfbuffers.ReplayBufferManager(spec, 500, tmp_path / "reverb", batch_size=2) as manager:
+        manager.load_replay_buffer()
+        assert int(manager.num_frames()) == int(capsys.readouterr().out.split("Checkpointed ")[1].split(" items")[0])
 
 
 def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys):

@@ -5,6 +5,7 @@ keep every sampled window inside one environment's segment, and share one API
 across an in-graph buffer and a numpy buffer.
 """
 
+from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.prioritized import importance_weights
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
@@ -20,6 +21,7 @@ __all__ = [
     "PyPrioritizedReplayBuffer",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
+    "ReplayBufferManager",
     "ReverbReplayBuffer",
     "TFPrioritizedReplayBuffer",
     "TFUniformReplayBuffer",

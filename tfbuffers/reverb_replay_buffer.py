@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
 import threading
 import weakref
 from typing import Any
@@ -127,6 +128,8 @@ class ReverbReplayBuffer(ReplayBuffer):
         min_size_to_sample: int = 1,
         samples_per_insert: float | None = None,
         error_buffer: float | None = None,
+        checkpoint_dir: str | None = None,
+        fallback_checkpoint: str | None = None,
     ) -> None:
         """Creates the buffer, and a server when no `address` is given.
 
@@ -155,6 +158,11 @@ class ReverbReplayBuffer(ReplayBuffer):
           error_buffer: How far the ratio may drift (Reverb's `error_buffer`), at least
             `max(1.0, samples_per_insert)`; default 10% of `min_size_to_sample *
             samples_per_insert`, and no less than that minimum.
+          checkpoint_dir: The embedded server's checkpoint directory (Reverb's
+            `DefaultCheckpointer`: `py_client.checkpoint()` writes there, keeping the newest
+            only, and a server started on it restores that one). None: a temporary one.
+          fallback_checkpoint: A checkpoint the embedded server restores when
+            `checkpoint_dir` holds none. `tfbuffers.ReplayBufferManager` drives both.
 
         Raises:
           ImportError: If dm-reverb cannot be imported.
@@ -170,6 +178,11 @@ class ReverbReplayBuffer(ReplayBuffer):
             raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
         priority_exponent = prioritized.check_exponent(priority_exponent)
         rate_limiter = _rate_limiter(reverb, min_size_to_sample, samples_per_insert, error_buffer)
+        if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
+            raise ValueError(
+                "checkpoint_dir, fallback_checkpoint: only for the embedded server (address=None); "
+                "a running server checkpoints as it was started"
+            )
         if address is not None and not isinstance(address, str):
             raise TypeError(f"address: expected a 'host:port' string or None, got {type(address).__name__}")
         if not isinstance(table_name, str) or not table_name:
@@ -202,7 +215,12 @@ class ReverbReplayBuffer(ReplayBuffer):
                 rate_limiter=rate_limiter,
                 signature=self._signature,
             )
-            self._server = reverb.Server([table])
+            checkpointer = None
+            if checkpoint_dir is not None or fallback_checkpoint is not None:
+                checkpointer = reverb.checkpointers.DefaultCheckpointer(
+                    checkpoint_dir or tempfile.mkdtemp(), fallback_checkpoint_path=fallback_checkpoint
+                )
+            self._server = reverb.Server([table], checkpointer=checkpointer)
             address = f"localhost:{self._server.port}"
             logger.warning(STARTED, table_name, self._server.port)
             # The embedded server does not outlive its buffer, closed or not.

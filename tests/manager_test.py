@@ -1,0 +1,158 @@
+"""ReplayBufferManager on a real Reverb server, and on its local fallback: create, checkpoint, load, refuse."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfbuffers.manager import (
+    ALREADY_CHECKPOINTED,
+    CONFIG_DIFFERS,
+    NO_CHECKPOINT,
+    NO_DIRECTORY,
+    ReplayBufferManager,
+)
+
+SPEC = {"x": tf.TensorSpec([], tf.int64)}
+HAS_REVERB = importlib.util.find_spec("reverb") is not None
+BACKENDS = [
+    pytest.param(True, id="reverb", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")),
+    pytest.param(False, id="local"),
+]
+
+
+def manager(directory, use_reverb, **kwargs):
+    kwargs = {"capacity": 100, "checkpoint_dir": directory, **kwargs}
+    return ReplayBufferManager(SPEC, use_reverb=use_reverb, **kwargs)
+
+
+def add(observer, values):
+    for value in values:
+        observer({"x": np.int64(value)})  # one environment's frame, as an Actor passes it
+
+
+def expected_frames(use_reverb, frames):
+    return frames - 1 if use_reverb else frames  # Reverb counts items: windows of 2 frames
+
+
+def windows(manager_, draws=200):
+    items, _ = next(iter(manager_.get_dataset(batch_size=draws, num_steps=2)))
+    return {tuple(w) for w in np.asarray(items["x"]).tolist()}
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_create_checkpoint_close_and_load_restores_every_item(tmp_path, use_reverb):
+    with manager(tmp_path / "replay", use_reverb) as first:
+        _, observer = first.create_replay_buffer()
+        add(observer, range(5))
+        assert first.checkpoint() == "0"
+        before = windows(first)
+    with manager(tmp_path / "replay", use_reverb) as second:
+        buffer, observer = second.load_replay_buffer()
+        assert int(second.num_frames()) == expected_frames(use_reverb, 5)
+        assert windows(second) == before == {(t, t + 1) for t in range(4)}
+        # Collection goes on after a load; on Reverb a window never joins frames from before it.
+        add(observer, [5, 6])
+        assert int(second.num_frames()) == (5 if use_reverb else 7)
+        assert windows(second) == before | ({(5, 6)} if use_reverb else {(4, 5), (5, 6)})
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_create_refuses_a_directory_holding_a_checkpoint_unless_told_to_overwrite(tmp_path, use_reverb):
+    directory = tmp_path / "replay"
+    with manager(directory, use_reverb) as first:
+        _, observer = first.create_replay_buffer()
+        add(observer, range(3))
+        first.checkpoint()
+    with manager(directory, use_reverb) as second:
+        with pytest.raises(FileExistsError) as raised:
+            second.create_replay_buffer()
+        assert str(raised.value) == ALREADY_CHECKPOINTED.format(directory=directory, count=1)
+        buffer, _ = second.create_replay_buffer(overwrite=True)
+        assert int(buffer.num_frames()) == 0 and second.checkpoints() == []
+        with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+            second.load_replay_buffer()
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_load_refuses_a_missing_directory_or_one_without_a_checkpoint(tmp_path, use_reverb):
+    with manager(tmp_path / "nowhere", use_reverb) as missing:
+        with pytest.raises(FileNotFoundError) as raised:
+            missing.load_replay_buffer()
+        assert str(raised.value) == NO_DIRECTORY.format(directory=tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with manager(tmp_path / "empty", use_reverb) as empty:
+        with pytest.raises(FileNotFoundError) as raised:
+            empty.load_replay_buffer()
+        assert str(raised.value) == NO_CHECKPOINT.format(directory=tmp_path / "empty")
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_a_configuration_that_differs_is_refused_naming_both_values_or_taken_when_asked(tmp_path, use_reverb):
+    directory = tmp_path / "replay"
+    with manager(directory, use_reverb, capacity=50) as first:
+        _, observer = first.create_replay_buffer()
+        add(observer, range(4))
+        first.checkpoint()
+    with manager(directory, use_reverb, capacity=80) as second:
+        with pytest.raises(ValueError) as raised:
+            second.load_replay_buffer()
+        assert str(raised.value) == CONFIG_DIFFERS.format(name="capacity", directory=directory, saved=50, requested=80)
+        buffer, _ = second.load_replay_buffer(take_checkpoint_config=True)
+        assert int(second.num_frames()) == expected_frames(use_reverb, 4)
+        assert buffer.capacity == 50
+    other_spec = {"x": tf.TensorSpec([2], tf.int64)}
+    third = ReplayBufferManager(other_spec, 50, directory, use_reverb=use_reverb)
+    with pytest.raises(ValueError, match="data_spec: the checkpoint in .* holds .*a buffer cannot change"):
+        third.load_replay_buffer(take_checkpoint_config=True)
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_the_newest_checkpoints_are_kept_and_any_of_them_loads(tmp_path, use_reverb):
+    directory = tmp_path / "replay"
+    with manager(directory, use_reverb, keep_checkpoints=2) as first:
+        _, observer = first.create_replay_buffer()
+        for step in range(3):
+            add(observer, range(10 * step, 10 * step + 3))
+            first.checkpoint()
+        assert first.checkpoints() == ["1", "2"]
+        on_disk = sorted(p.name for p in (directory / "checkpoints").iterdir() if not p.name.startswith("."))
+        assert on_disk == (["1", "2"] if use_reverb else ["1.safetensors", "2.safetensors"])
+        # clear() empties the buffer and reloads nothing; the kept checkpoints stay.
+        first.clear()
+        assert int(first.num_frames()) == 0 and first.checkpoints() == ["1", "2"]
+    with manager(directory, use_reverb) as second:
+        second.load_replay_buffer("1")
+        assert int(second.num_frames()) == expected_frames(use_reverb, 6)
+        second.load_replay_buffer()  # the newest
+        assert int(second.num_frames()) == expected_frames(use_reverb, 9)
+        with pytest.raises(ValueError, match=r"checkpoint: expected one of \['1', '2'\], got '0'"):
+            second.load_replay_buffer("0")
+
+
+def test_without_reverb_the_manager_says_so_once(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="tfbuffers.manager"), manager(tmp_path / "replay", False) as local:
+        local.create_replay_buffer()
+    assert caplog.text.count("runs on a local TFUniformReplayBuffer") == 1
+    assert not local.uses_reverb
+
+
+@pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
+def test_a_reverb_checkpoint_is_not_loaded_as_a_local_one(tmp_path):
+    directory = tmp_path / "replay"
+    with manager(directory, True) as first:
+        _, observer = first.create_replay_buffer()
+        add(observer, range(3))
+        first.checkpoint()
+    second = manager(directory, False)
+    with pytest.raises(ValueError, match="is a Reverb table, this manager runs a local buffer file"):
+        second.load_replay_buffer()
+
+
+def test_methods_before_a_buffer_exists_say_what_to_call(tmp_path):
+    nothing = manager(tmp_path / "replay", False)
+    with pytest.raises(ValueError, match="num_frames: no buffer yet: call create_replay_buffer"):
+        nothing.num_frames()

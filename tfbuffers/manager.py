@@ -1,0 +1,371 @@
+"""`ReplayBufferManager`: create, checkpoint and reload a Reverb-backed buffer, without Reverb's surprises.
+
+Reverb restores the latest checkpoint of a server's checkpoint directory whenever
+a server starts on it, keeps only that one, and silently takes the checkpoint's
+table options over the ones asked for. The manager does none of that:
+
+- `create_replay_buffer()` refuses a directory that already holds a checkpoint
+  (unless `overwrite=True`, which deletes it) instead of restoring it;
+- `load_replay_buffer()` restores the newest kept checkpoint (or the one named),
+  checks that every checkpointed item came back, and refuses a checkpoint whose
+  configuration differs from the manager's, naming both values (unless
+  `take_checkpoint_config=True`);
+- `checkpoint()` keeps the newest `keep_checkpoints` checkpoints, not one;
+- a missing directory, or one with no checkpoint, gets an error saying so.
+
+Layout of `checkpoint_dir`: `tfbuffers_manager.json` (the configuration and the
+kept checkpoints, written atomically), `checkpoints/<n>/` (each a whole Reverb
+checkpoint), and `reverb/`, the running server's own checkpoint directory.
+
+Where dm-reverb cannot be imported, the manager runs the same interface on a
+local `TFUniformReplayBuffer`, saved and loaded with `tfbuffers.files` (one file
+per checkpoint, `checkpoints/<n>.safetensors`), and says so in one log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import shutil
+import uuid
+from typing import Any
+
+import tensorflow as tf
+
+from tfbuffers import files, observers, specs
+from tfbuffers.replay_buffer import ReplayBuffer, positive_int
+from tfbuffers.reverb_replay_buffer import SAMPLERS, ReverbReplayBuffer
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "tfbuffers.replay_buffer_manager/1"
+METADATA = "tfbuffers_manager.json"
+
+ALREADY_CHECKPOINTED = (
+    "create_replay_buffer: {directory} already holds a checkpoint ({count} kept); creating a buffer there would "
+    "bury it. Call load_replay_buffer() to restore it, or create_replay_buffer(overwrite=True) to delete it"
+)
+NO_DIRECTORY = "load_replay_buffer: checkpoint_dir {directory} does not exist: nothing to load"
+NO_CHECKPOINT = "load_replay_buffer: {directory} holds no checkpoint: call checkpoint() on a buffer first"
+UNKNOWN_CHECKPOINT = "load_replay_buffer: checkpoint: expected one of {kept}, got {received!r}"
+CONFIG_DIFFERS = (
+    "load_replay_buffer: {name}: the checkpoint in {directory} was made with {saved}, this manager asks for "
+    "{requested}; pass take_checkpoint_config=True to use the checkpoint's"
+)
+SPEC_DIFFERS = (
+    "load_replay_buffer: data_spec: the checkpoint in {directory} holds {saved}, this manager's spec is "
+    "{requested}; a buffer cannot change what its frames are"
+)
+ITEMS_LOST = (
+    "load_replay_buffer: the checkpoint {checkpoint} held {saved} items, the restored table holds {restored}; "
+    "it is damaged or was written by another program"
+)
+NO_BUFFER = "ReplayBufferManager.{method}: no buffer yet: call create_replay_buffer() or load_replay_buffer() first"
+LOCAL_FALLBACK = (
+    "dm-reverb could not be imported (%s): the ReplayBufferManager runs on a local TFUniformReplayBuffer, "
+    "checkpointed with tfbuffers.files, in this process only"
+)
+
+
+def _reverb_available() -> tuple[bool, str]:
+    try:
+        import reverb  # noqa: F401
+    except ImportError as error:
+        return False, str(error)
+    return True, ""
+
+
+class ReplayBufferManager:
+    """Creates, checkpoints and reloads one replay buffer in `checkpoint_dir`.
+
+    Example:
+    >>> import tempfile, numpy as np
+    >>> spec = {"x": tf.TensorSpec([], tf.int64)}
+    >>> directory = tempfile.mkdtemp() + "/replay"
+    >>> with ReplayBufferManager(spec, capacity=100, checkpoint_dir=directory) as manager:
+    ...     buffer, observer = manager.create_replay_buffer()
+    ...     for step in range(3):
+    ...         observer({"x": np.int64(step)})  # one environment's frames, as an Actor gives them
+    ...     name = manager.checkpoint()
+    >>> with ReplayBufferManager(spec, capacity=100, checkpoint_dir=directory) as manager:
+    ...     buffer, observer = manager.load_replay_buffer()
+    ...     frames = int(manager.num_frames())
+    >>> name, frames  # the first checkpoint; two windows of 2 frames
+    ('0', 2)
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int,
+        checkpoint_dir: str | os.PathLike,
+        sequence_length: int = 2,
+        *,
+        batch_size: int = 1,
+        sampler: str = "uniform",
+        priority_exponent: float = 0.6,
+        stride: int = 1,
+        keep_checkpoints: int = 3,
+        table_name: str = "tfbuffers",
+        use_reverb: bool | None = None,
+    ) -> None:
+        """Describes the buffer to create or load; starts nothing.
+
+        Args:
+          data_spec: The frames' spec, usually `agent.collect_data_spec`.
+          capacity: Items the buffer holds (windows of `sequence_length` frames on Reverb,
+            frames on the local fallback).
+          checkpoint_dir: Where checkpoints are kept.
+          sequence_length: Frames per item: the `num_steps` datasets sample.
+          batch_size: Environments adding through the observer at once.
+          sampler: "uniform" or "prioritized".
+          priority_exponent: Alpha, for the prioritized sampler.
+          stride: Frames between consecutive items' starts (Reverb).
+          keep_checkpoints: How many checkpoints `checkpoint()` keeps, newest first.
+          table_name: The Reverb table's name.
+          use_reverb: None: Reverb where dm-reverb imports, else the local fallback;
+            True or False to choose.
+
+        Raises:
+          TypeError, ValueError: If an argument has the wrong type or is out of range.
+          ImportError: If `use_reverb=True` and dm-reverb cannot be imported.
+        """
+        self._data_spec = specs.unwrap(data_spec)
+        self._config: dict[str, Any] = {
+            "capacity": positive_int("capacity", capacity),
+            "sequence_length": positive_int("sequence_length", sequence_length),
+            "batch_size": positive_int("batch_size", batch_size),
+            "sampler": sampler,
+            "priority_exponent": float(priority_exponent),
+            "stride": positive_int("stride", stride),
+            "table_name": table_name,
+        }
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler: expected one of {list(SAMPLERS)}, got {sampler!r}")
+        self._keep = positive_int("keep_checkpoints", keep_checkpoints)
+        self._directory = pathlib.Path(checkpoint_dir)
+        available, reason = _reverb_available()
+        if use_reverb is None:
+            use_reverb = available
+        elif use_reverb and not available:
+            raise ImportError(f"use_reverb=True, but dm-reverb could not be imported ({reason})")
+        if not use_reverb:
+            logger.warning(LOCAL_FALLBACK, reason or "use_reverb=False")
+        self._use_reverb = use_reverb
+        self._buffer: ReplayBuffer | None = None
+
+    # The interface.
+
+    @property
+    def buffer(self) -> ReplayBuffer | None:
+        """The managed buffer, once created or loaded."""
+        return self._buffer
+
+    @property
+    def uses_reverb(self) -> bool:
+        """Whether the buffer is on a Reverb server (else the local fallback)."""
+        return self._use_reverb
+
+    def checkpoints(self) -> list[str]:
+        """The kept checkpoints' names, oldest first."""
+        return [entry["name"] for entry in self._read_metadata().get("checkpoints", [])]
+
+    def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, observers.PyObserver]:
+        """Creates an empty buffer: `(buffer, observer)` (a `PyObserver`, for an Actor or a PyDriver).
+
+        Raises:
+          FileExistsError: If `checkpoint_dir` already holds a checkpoint and not `overwrite`.
+        """
+        self._close_buffer()
+        kept = self.checkpoints() if self._metadata_path().exists() else []
+        if kept and not overwrite:
+            raise FileExistsError(ALREADY_CHECKPOINTED.format(directory=self._directory, count=len(kept)))
+        for name in ("checkpoints", "reverb"):
+            shutil.rmtree(self._directory / name, ignore_errors=True)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        self._write_metadata({"format": FORMAT, "config": self._saved_config(), "checkpoints": []})
+        self._buffer = self._start(None)
+        return self._buffer, observers.PyObserver(self._buffer)
+
+    def load_replay_buffer(
+        self, checkpoint: str | None = None, *, take_checkpoint_config: bool = False
+    ) -> tuple[ReplayBuffer, observers.PyObserver]:
+        """Restores a kept checkpoint (the newest by default): `(buffer, observer)`.
+
+        Args:
+          checkpoint: The name of a kept checkpoint (see `checkpoints()`), or None for the newest.
+          take_checkpoint_config: Use the checkpoint's capacity, sequence length, sampler,
+            stride and batch size where they differ from the manager's, instead of refusing.
+
+        Raises:
+          FileNotFoundError: If `checkpoint_dir` does not exist or holds no checkpoint.
+          ValueError: If the checkpoint's configuration differs from the manager's (and not
+            `take_checkpoint_config`), its data spec differs, or items did not come back.
+        """
+        self._close_buffer()
+        if not self._directory.is_dir():
+            raise FileNotFoundError(NO_DIRECTORY.format(directory=self._directory))
+        metadata = self._read_metadata() if self._metadata_path().exists() else {}
+        kept = [entry["name"] for entry in metadata.get("checkpoints", [])]
+        if not kept:
+            raise FileNotFoundError(NO_CHECKPOINT.format(directory=self._directory))
+        if checkpoint is not None and checkpoint not in kept:
+            raise ValueError(UNKNOWN_CHECKPOINT.format(kept=kept, received=checkpoint))
+        entry = metadata["checkpoints"][kept.index(checkpoint or kept[-1])]
+        self._adopt(metadata["config"], take_checkpoint_config)
+        self._buffer = self._start(entry["name"])
+        restored = int(self._buffer.num_frames())
+        if entry["items"] is not None and restored != entry["items"]:
+            saved = entry["items"]
+            self._close_buffer()
+            raise ValueError(ITEMS_LOST.format(checkpoint=entry["name"], saved=saved, restored=restored))
+        return self._buffer, observers.PyObserver(self._buffer)
+
+    def get_dataset(self, batch_size: int, num_steps: int | None = None) -> tf.data.Dataset:
+        """The buffer's sampling dataset: batches of `batch_size` windows of `num_steps` (default: the items')."""
+        buffer = self._require("get_dataset")
+        return buffer.as_dataset(batch_size, num_steps or self._config["sequence_length"])
+
+    def num_frames(self) -> Any:
+        """The buffer's `num_frames()` (items on Reverb, counting every item this process wrote)."""
+        buffer = self._require("num_frames")
+        if isinstance(buffer, ReverbReplayBuffer):
+            buffer.flush()
+        return buffer.num_frames()
+
+    def clear(self) -> None:
+        """Empties the buffer; kept checkpoints stay, and nothing is reloaded from them."""
+        self._require("clear").clear()
+
+    def checkpoint(self) -> str:
+        """Checkpoints the buffer, keeps the newest `keep_checkpoints`, and returns the new one's name."""
+        buffer = self._require("checkpoint")
+        metadata = self._read_metadata()
+        entries = metadata["checkpoints"]
+        name = str(max([int(e["name"]) for e in entries], default=-1) + 1)
+        if isinstance(buffer, ReverbReplayBuffer):
+            buffer.flush()
+            before = int(buffer.num_frames())
+            written = pathlib.Path(buffer.py_client.checkpoint())
+            items = before if int(buffer.num_frames()) == before else None  # writers racing: not checkable
+            staging = self._directory / "checkpoints" / f".{name}.{uuid.uuid4().hex}"
+            shutil.copytree(written, staging)
+            staging.rename(self._directory / "checkpoints" / name)
+        else:
+            items = int(buffer.num_frames())
+            files.save(buffer, self._directory / "checkpoints" / f"{name}.safetensors")
+        entries.append({"name": name, "items": items})
+        for old in entries[: -self._keep]:
+            self._remove_checkpoint(old["name"])
+        metadata["checkpoints"] = entries[-self._keep :]
+        self._write_metadata(metadata)
+        return name
+
+    def close(self) -> None:
+        """Closes the buffer (and stops its embedded server). Kept checkpoints stay."""
+        self._close_buffer()
+
+    def __enter__(self) -> ReplayBufferManager:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # Helpers.
+
+    def _start(self, checkpoint: str | None) -> ReplayBuffer:
+        config = self._config
+        if not self._use_reverb:
+            return self._start_local(checkpoint)
+        reverb_dir = self._directory / "reverb"
+        shutil.rmtree(reverb_dir, ignore_errors=True)  # Reverb would restore what it holds: start it empty
+        reverb_dir.mkdir(parents=True)
+        fallback = None if checkpoint is None else str(self._directory / "checkpoints" / checkpoint)
+        return ReverbReplayBuffer(
+            self._data_spec,
+            config["sequence_length"],
+            batch_size=config["batch_size"],
+            capacity=config["capacity"],
+            stride=config["stride"],
+            table_name=config["table_name"],
+            sampler=config["sampler"],
+            priority_exponent=config["priority_exponent"],
+            checkpoint_dir=str(reverb_dir),
+            fallback_checkpoint=fallback,
+        )
+
+    def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
+        from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
+
+        config = self._config
+        max_length = -(-config["capacity"] // config["batch_size"])
+        buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length)
+        if checkpoint is not None:
+            files.load(self._directory / "checkpoints" / f"{checkpoint}.safetensors", buffer)
+        return buffer
+
+    def _saved_config(self) -> dict[str, Any]:
+        fields = [
+            {"path": field.path, "shape": field.spec.shape.as_list(), "dtype": field.spec.dtype.name}
+            for field in specs.flatten_spec(self._data_spec)
+        ]
+        return {**self._config, "data_spec": fields, "reverb": self._use_reverb}
+
+    def _adopt(self, saved: dict[str, Any], take: bool) -> None:
+        mine = self._saved_config()
+        if saved["data_spec"] != mine["data_spec"]:
+            raise ValueError(
+                SPEC_DIFFERS.format(directory=self._directory, saved=saved["data_spec"], requested=mine["data_spec"])
+            )
+        if saved["reverb"] != self._use_reverb:
+            kinds = {True: "a Reverb table", False: "a local buffer file"}
+            raise ValueError(
+                f"load_replay_buffer: the checkpoint in {self._directory} is {kinds[saved['reverb']]}, this manager "
+                f"runs {kinds[self._use_reverb]}"
+            )
+        for name, requested in self._config.items():
+            if saved[name] != requested:
+                if not take:
+                    raise ValueError(
+                        CONFIG_DIFFERS.format(
+                            name=name, directory=self._directory, saved=saved[name], requested=requested
+                        )
+                    )
+                self._config[name] = saved[name]
+
+    def _remove_checkpoint(self, name: str) -> None:
+        path = self._directory / "checkpoints" / name
+        shutil.rmtree(path, ignore_errors=True)
+        (self._directory / "checkpoints" / f"{name}.safetensors").unlink(missing_ok=True)
+
+    def _metadata_path(self) -> pathlib.Path:
+        return self._directory / METADATA
+
+    def _read_metadata(self) -> dict[str, Any]:
+        if not self._metadata_path().exists():
+            return {}
+        metadata: dict[str, Any] = json.loads(self._metadata_path().read_text())
+        if metadata.get("format") != FORMAT:
+            raise ValueError(f"{self._metadata_path()}: expected format {FORMAT!r}, got {metadata.get('format')!r}")
+        return metadata
+
+    def _write_metadata(self, metadata: dict[str, Any]) -> None:
+        (self._directory / "checkpoints").mkdir(parents=True, exist_ok=True)
+        temporary = self._directory / f".{METADATA}.{uuid.uuid4().hex}"
+        with open(temporary, "w") as stream:
+            json.dump(metadata, stream, indent=1)
+            stream.flush()
+            os.fsync(stream.fileno())
+        temporary.replace(self._metadata_path())
+
+    def _require(self, method: str) -> ReplayBuffer:
+        if self._buffer is None:
+            raise ValueError(NO_BUFFER.format(method=method))
+        return self._buffer
+
+    def _close_buffer(self) -> None:
+        if self._buffer is not None:
+            self._buffer.close()
+            self._buffer = None
