@@ -28,6 +28,7 @@ populate_starter_buffer = load_script("populate_starter_buffer")
 benchmark = load_script("benchmark")
 soak = load_script("soak")
 tf_agents_examples = load_script("tf_agents_examples")
+replay_server = load_script("replay_server")
 
 
 @pytest.mark.parametrize(
@@ -90,6 +91,19 @@ tf_agents_examples = load_script("tf_agents_examples")
             },
         ),
         ("tf_agents_examples", {"--buffers", "--root-dir", "--timeout"}),
+        (
+            "replay_server",
+            {
+                "--env",
+                "--port",
+                "--capacity",
+                "--sequence-length",
+                "--sampler",
+                "--table-name",
+                "--checkpoint-dir",
+                "--checkpoint-interval",
+            },
+        ),
     ],
 )
 def test_help_documents_every_flag(script, flags, capsys):
@@ -99,6 +113,7 @@ def test_help_documents_every_flag(script, flags, capsys):
         "benchmark": benchmark,
         "soak": soak,
         "tf_agents_examples": tf_agents_examples,
+        "replay_server": replay_server,
     }
     module = scripts[script]
     parser = module.build_parser()
@@ -136,10 +151,9 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
 def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_path, capsys):
-    from tf_agents.policies import random_tf_policy
+    from scripts_test_helpers import cartpole_trajectory_spec
 
     import tfbuffers
-    from tfbuffers.envs import load_gymnasium
 
     argv = ["--buffer-name", "reverb", "--reverb", "--capacity", "500", "--steps-per-run", "60", "--num-runs", "2"]
     argv += ["--num-envs", "2", "--output-dir", str(tmp_path), "--no-progress"]
@@ -151,8 +165,7 @@ def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_pa
     assert populate_starter_buffer.main(argv) == 2
     assert "already holds a checkpoint" in capsys.readouterr().err
     assert populate_starter_buffer.main([*argv, "--overwrite"]) == 0
-    env = load_gymnasium("CartPole-v1", num_envs=2, tf_environment=True)
-    spec = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec()).trajectory_spec
+    spec = cartpole_trajectory_spec()
     with tfbuffers.ReplayBufferManager(spec, 500, tmp_path / "reverb", batch_size=2) as manager:
         manager.load_replay_buffer()
         assert int(manager.num_frames()) == int(capsys.readouterr().out.split("Checkpointed ")[1].split(" items")[0])
@@ -290,7 +303,9 @@ def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script", ["train_dqn", "populate_starter_buffer", "benchmark", "tf_agents_examples"])
+@pytest.mark.parametrize(
+    "script", ["train_dqn", "populate_starter_buffer", "benchmark", "tf_agents_examples", "replay_server"]
+)
 def test_help_prints_no_gym_notice(script):
     # gym 0.23 prints an "unmaintained" notice when tf-agents imports it; the scripts keep it off.
     import subprocess

@@ -195,25 +195,13 @@ class ReverbReplayBuffer(ReplayBuffer):
         self._min_size = min_size_to_sample
         self._sampler = sampler
         self._max_priority = 1.0  # new items' priority: the largest given through update_priorities
-        self._signature = tf.nest.map_structure(
-            lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), self._data_spec
-        )
         self._dtypes = [field.spec.dtype for field in self._fields]
         paths = [field.path for field in self._fields]
         self._step_type_index = paths.index("step_type") if hasattr(self._data_spec, "step_type") else None
         self._server = None
         if address is None:
-            table = reverb.Table(
-                name=table_name,
-                sampler=(
-                    reverb.selectors.Uniform()
-                    if sampler == "uniform"
-                    else reverb.selectors.Prioritized(priority_exponent)
-                ),
-                remover=reverb.selectors.Fifo(),
-                max_size=capacity,
-                rate_limiter=rate_limiter,
-                signature=self._signature,
+            table = make_table(
+                self._data_spec, sequence_length, table_name, capacity, sampler, priority_exponent, rate_limiter
             )
             checkpointer = None
             if checkpoint_dir is not None or fallback_checkpoint is not None:
@@ -453,6 +441,35 @@ class ReverbReplayBuffer(ReplayBuffer):
         if self._server is not None:
             self._finalizer()  # stops the server once
             self._server = None
+
+
+def make_table(
+    data_spec: Any,
+    sequence_length: int,
+    table_name: str,
+    capacity: int,
+    sampler: str = "uniform",
+    priority_exponent: float = 0.6,
+    rate_limiter: Any = None,
+) -> Any:
+    """The Reverb table a `ReverbReplayBuffer` of these options reads and writes (FIFO removal).
+
+    Items are windows of `sequence_length` frames of `data_spec` (the table's
+    signature); `rate_limiter` defaults to `MinSize(1)`. A standalone server
+    (`scripts/replay_server.py`) serves the same table to buffers given its address.
+    """
+    reverb = _import_reverb()
+    signature = tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), specs.unwrap(data_spec)
+    )
+    return reverb.Table(
+        name=table_name,
+        sampler=reverb.selectors.Uniform() if sampler == "uniform" else reverb.selectors.Prioritized(priority_exponent),
+        remover=reverb.selectors.Fifo(),
+        max_size=capacity,
+        rate_limiter=rate_limiter or reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
 
 
 def _rate_limiter(reverb: Any, min_size: int, samples_per_insert: Any, error_buffer: Any) -> Any:

@@ -1,0 +1,115 @@
+"""Serve one tfbuffers Reverb table to actors and learners in other processes or on other machines.
+
+The table is the one `tfbuffers.ReverbReplayBuffer` makes (windows of
+--sequence-length frames of the environment's TF-Agents trajectories, FIFO
+removal beyond --capacity items, uniform or prioritized sampling). Processes
+reach it with `tfbuffers.ReverbReplayBuffer(spec, ..., address="HOST:PORT")`.
+
+With --checkpoint-dir the server restores the newest checkpoint there when it
+starts, checkpoints every --checkpoint-interval seconds, and once more when it
+gets SIGTERM or SIGINT, then exits.
+
+NO AUTHENTICATION: Reverb serves gRPC on every network interface of this
+machine. Anyone who can reach --port can read, write and clear the buffer. Run
+it on a private network, behind a firewall rule that admits only your actors and
+learners, or reach it through an SSH tunnel (see docs/scaling.md).
+
+    python scripts/replay_server.py --env CartPole-v1 --port 8000 --checkpoint-dir runs/replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
+from tf_agents.policies import random_tf_policy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+from tfbuffers.envs import load_gymnasium  # noqa: E402
+from tfbuffers.reverb_replay_buffer import SAMPLERS, make_table  # noqa: E402
+
+NO_AUTHENTICATION = (
+    "NO AUTHENTICATION: Reverb serves gRPC on every network interface; anyone who can reach port {port} can read, "
+    "write and clear this buffer. Keep the port private (a private network, a firewall rule, an SSH tunnel)."
+)
+
+
+def trajectory_spec(env_id: str) -> Any:
+    """The TF-Agents trajectory spec of a gymnasium environment (what its drivers and actors add)."""
+    env = load_gymnasium(env_id, tf_environment=True)
+    return random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec()).trajectory_spec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
+    parser.add_argument("--port", type=_common.positive_int, required=True, help="TCP port to serve on")
+    parser.add_argument("--capacity", type=_common.positive_int, default=100_000, help="items the table holds")
+    parser.add_argument("--sequence-length", type=_common.positive_int, default=2, help="frames per item")
+    parser.add_argument("--sampler", choices=SAMPLERS, default="uniform", help="how items are drawn")
+    parser.add_argument("--table-name", default="tfbuffers", type=_common.plain_name, help="the table's name")
+    parser.add_argument("--checkpoint-dir", default=None, help="restore from and checkpoint to this directory")
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=_common.positive_int,
+        default=600,
+        help="seconds between checkpoints (with --checkpoint-dir)",
+    )
+    return parser
+
+
+def serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    """Serves until `stop` is set; checkpoints on the way and at the end. Returns the exit status."""
+    import reverb
+
+    table = make_table(trajectory_spec(args.env), args.sequence_length, args.table_name, args.capacity, args.sampler)
+    checkpointer = None
+    if args.checkpoint_dir is not None:
+        pathlib.Path(args.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(args.checkpoint_dir)
+    server = reverb.Server([table], port=args.port, checkpointer=checkpointer)
+    client = reverb.Client(f"localhost:{args.port}")
+    items = client.server_info()[args.table_name].current_size
+    print(f"serving table {args.table_name!r} on port {args.port} ({items} items restored)", flush=True)
+    print(NO_AUTHENTICATION.format(port=args.port), file=sys.stderr, flush=True)
+    last = time.monotonic()
+    while not stop.wait(1.0):
+        if checkpointer is not None and time.monotonic() - last >= args.checkpoint_interval:
+            print(f"checkpoint: {client.checkpoint()}", flush=True)
+            last = time.monotonic()
+    if checkpointer is not None:
+        items = client.server_info()[args.table_name].current_size
+        print(f"final checkpoint of {items} items: {client.checkpoint()}", flush=True)
+    server.stop()
+    print("stopped", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parses the command line and serves until SIGTERM or SIGINT."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("reverb") is None:
+        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return serve(args, stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
