@@ -303,17 +303,17 @@ def draw_numpy(tree: np.ndarray, capacity: int, uniforms: Any, shape: list[int],
     count = int(np.prod(shape, dtype=np.int64))
     root = tree[1, SUM]
     leaves = find_numpy(tree, capacity, uniforms(count) * root)
-    if leaf_mask is not None:
-        for _ in range(_REDRAWS):
-            masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
-            if not masked.size:
-                break
+    if leaf_mask is None:
+        return leaves.reshape(shape)
+    for round_ in range(_REDRAWS + 1):
+        masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
+        if not masked.size:
+            break
+        if round_ < _REDRAWS:
             leaves[masked] = find_numpy(tree, capacity, uniforms(masked.size) * root)
-        else:
-            masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
-            if masked.size:  # the mask holds most of the weight: descend around it
-                total, _ = unmasked_total(NUMPY, tree, leaf_mask)
-                leaves[masked] = find(NUMPY, tree, capacity, uniforms(masked.size) * total, leaf_mask)
+        else:  # the mask holds most of the weight: descend around it
+            total, _ = unmasked_total(NUMPY, tree, leaf_mask)
+            leaves[masked] = find(NUMPY, tree, capacity, uniforms(masked.size) * total, leaf_mask)
     return leaves.reshape(shape)
 
 

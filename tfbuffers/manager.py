@@ -34,9 +34,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfbuffers import files, observers, specs
+from tfbuffers import files, observers, prioritized, specs
 from tfbuffers.replay_buffer import ReplayBuffer, positive_int
-from tfbuffers.reverb_replay_buffer import SAMPLERS, ReverbReplayBuffer
+from tfbuffers.reverb_replay_buffer import NOT_A_SAMPLER, SAMPLERS, ReverbReplayBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class ReplayBufferManager:
         Args:
           data_spec: The frames' spec, usually `agent.collect_data_spec`.
           capacity: Items the buffer holds (windows of `sequence_length` frames on Reverb,
-            frames on the local fallback).
+            frames on the local fallback, rounded up to a multiple of `batch_size` there).
           checkpoint_dir: Where checkpoints are kept.
           sequence_length: Frames per item: the `num_steps` datasets sample.
           batch_size: Environments adding through the observer at once.
@@ -138,12 +138,12 @@ class ReplayBufferManager:
             "sequence_length": positive_int("sequence_length", sequence_length),
             "batch_size": positive_int("batch_size", batch_size),
             "sampler": sampler,
-            "priority_exponent": float(priority_exponent),
+            "priority_exponent": prioritized.check_exponent(priority_exponent),
             "stride": positive_int("stride", stride),
             "table_name": table_name,
         }
         if sampler not in SAMPLERS:
-            raise ValueError(f"sampler: expected one of {list(SAMPLERS)}, got {sampler!r}")
+            raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
         available, reason = _reverb_available()
