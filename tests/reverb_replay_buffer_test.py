@@ -230,6 +230,67 @@ def test_a_buffer_on_an_existing_server_leaves_it_running_when_closed():
         server.stop()
 
 
+def served_table(spec, sequence_length=2):
+    from tfbuffers.reverb_replay_buffer import make_table
+
+    return reverb.Server([make_table(spec, sequence_length, "tfbuffers", 100)])
+
+
+def test_close_sends_the_items_written_since_the_last_flush():
+    server = served_table(SPEC)
+    try:
+        address = f"localhost:{server.port}"
+        buffer = ReverbReplayBuffer(SPEC, sequence_length=2, address=address)
+        for t in range(5):
+            buffer.add_batch(frames([t]))
+        buffer.close()
+        with ReverbReplayBuffer(SPEC, sequence_length=2, address=address) as reader:
+            assert int(reader.num_frames()) == 4
+            windows, _ = drawn_windows(reader)
+            assert windows == {(0, 1), (1, 2), (2, 3), (3, 4)}
+    finally:
+        server.stop()
+
+
+def test_close_after_the_server_is_gone_returns_and_says_what_was_not_sent(monkeypatch, caplog):
+    from tfbuffers import reverb_replay_buffer
+
+    monkeypatch.setattr(reverb_replay_buffer, "CLOSE_FLUSH_SECONDS", 0.2)
+    server = served_table(SPEC)
+    buffer = ReverbReplayBuffer(SPEC, sequence_length=2, address=f"localhost:{server.port}")
+    buffer.add_batch(frames([0]))
+    server.stop()
+    for t in range(1, 4):
+        buffer.add_batch(frames([t]))  # items made after the server stopped: none can be sent
+    buffer.close()
+    assert buffer.closed
+    assert f"items written since the last flush could not be sent to localhost:{server.port}" in caplog.text
+
+
+def test_a_server_table_of_other_items_or_name_is_refused_when_connecting_and_left_unchanged():
+    with ReverbReplayBuffer(SPEC, sequence_length=2, table_name="served") as served:
+        address = served.server_address
+        served.add_batch(frames([7]))
+        served.add_batch(frames([8]))
+        served.flush()
+        no_table = r"table_name: the server at .* has no table 'other'; it serves \['served'\]"
+        with pytest.raises(ValueError, match=no_table):
+            ReverbReplayBuffer(SPEC, sequence_length=2, address=address, table_name="other")
+        expected = (
+            r"data_spec, sequence_length: table 'served' at .* stores items \{v: float32\[2, 2\], x: int64\[2\]\}; "
+            r"this buffer's items, windows of 3 frames of its data_spec, are \{v: float32\[3, 2\], x: int64\[3\]\}"
+        )
+        with pytest.raises(ValueError, match=expected):
+            ReverbReplayBuffer(SPEC, sequence_length=3, address=address, table_name="served")
+        other_dtype = {"x": tf.TensorSpec([], tf.int32), "v": tf.TensorSpec([2], tf.float32)}
+        with pytest.raises(ValueError, match=r"stores items \{v: float32\[2, 2\], x: int64\[2\]\}.* x: int32\[2\]"):
+            ReverbReplayBuffer(other_dtype, sequence_length=2, address=address, table_name="served")
+        with ReverbReplayBuffer(SPEC, sequence_length=2, address=address, table_name="served") as same:
+            assert int(same.num_frames()) == 1
+            windows, _ = drawn_windows(same)
+            assert windows == {(7, 8)}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

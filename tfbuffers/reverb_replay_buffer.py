@@ -51,6 +51,14 @@ NOT_PRIORITIZED = (
     "ReverbReplayBuffer.update_priorities: table {table!r} samples uniformly; create the buffer with "
     "sampler='prioritized' to sample by priority"
 )
+NO_TABLE = "table_name: the server at {address} has no table {table!r}; it serves {tables}"
+OTHER_SIGNATURE = (
+    "data_spec, sequence_length: table {table!r} at {address} stores items {served}; this buffer's items, windows "
+    "of {sequence_length} frames of its data_spec, are {requested}. Give the spec and sequence_length the server "
+    "was started with"
+)
+CLOSE_FLUSH_SECONDS = 10
+UNSENT_AT_CLOSE = "ReverbReplayBuffer.close: items written since the last flush could not be sent to %s: %s"
 STARTED = (
     "tfbuffers started an embedded Reverb server for table %r on port %d. It listens on every network interface "
     "without authentication: anyone who can reach this machine on that port can read, write and clear the buffer. "
@@ -82,7 +90,10 @@ class ReverbReplayBuffer(ReplayBuffer):
     a frame whose step type is FIRST begins a new episode: no item spans a
     LAST → FIRST boundary. A frame whose step type is LAST flushes its writer, so
     an episode's items are in the table when it ends. Other specs have no
-    episodes: windows run across everything an environment adds.
+    episodes: windows run across everything an environment adds. `flush()` sends
+    every item made so far, and so does `close()` (waiting up to
+    `CLOSE_FLUSH_SECONDS` for the server; a process killed before either loses
+    the items of its unfinished episodes, never those already in the table).
 
     Differences from the local buffers, all because Reverb stores items, not a ring:
 
@@ -215,6 +226,8 @@ class ReverbReplayBuffer(ReplayBuffer):
             self._finalizer = weakref.finalize(self, self._server.stop)
         self._address = address
         self._client = reverb.Client(address)
+        if self._server is None:
+            self._check_served_table(table_signature(self._data_spec, sequence_length))
         self._lock = threading.Lock()  # one writer per environment, used by one thread at a time
         self._writers = [self._client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
         self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
@@ -252,6 +265,28 @@ class ReverbReplayBuffer(ReplayBuffer):
         with self._lock:
             for writer in self._writers:
                 writer.flush()
+
+    def _check_served_table(self, signature: Any) -> None:
+        """Refuses a running server's table whose items are not this buffer's windows (before any add)."""
+        tables = self._client.server_info()
+        if self._table_name not in tables:
+            raise ValueError(NO_TABLE.format(address=self._address, table=self._table_name, tables=sorted(tables)))
+        served = tables[self._table_name].signature
+
+        def layout(nest: Any) -> Any:
+            fields = specs.flatten_spec(nest)
+            return sorted((path, tuple(spec.shape.as_list()), spec.dtype.name) for path, spec in fields)
+
+        if served is None or layout(served) != layout(signature):
+            raise ValueError(
+                OTHER_SIGNATURE.format(
+                    table=self._table_name,
+                    address=self._address,
+                    served=_describe(served),
+                    sequence_length=self._sequence_length,
+                    requested=_describe(signature),
+                )
+            )
 
     # Hooks of ReplayBuffer.
 
@@ -434,8 +469,13 @@ class ReverbReplayBuffer(ReplayBuffer):
         return np.int64(0)
 
     def _close(self) -> None:
+        reverb = _import_reverb()
         with self._lock:
             for writer in self._writers:
+                try:
+                    writer.flush(timeout_ms=int(CLOSE_FLUSH_SECONDS * 1000))  # close() alone drops unsent items
+                except (reverb.errors.DeadlineExceededError, RuntimeError) as error:
+                    logger.warning(UNSENT_AT_CLOSE, self._address, error)
                 writer.close()
             self._writers = []
         if self._server is not None:
@@ -459,9 +499,7 @@ def make_table(
     (`scripts/replay_server.py`) serves the same table to buffers given its address.
     """
     reverb = _import_reverb()
-    signature = tf.nest.map_structure(
-        lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), specs.unwrap(data_spec)
-    )
+    signature = table_signature(data_spec, sequence_length)
     return reverb.Table(
         name=table_name,
         sampler=reverb.selectors.Uniform() if sampler == "uniform" else reverb.selectors.Prioritized(priority_exponent),
@@ -470,6 +508,21 @@ def make_table(
         rate_limiter=rate_limiter or reverb.rate_limiters.MinSize(1),
         signature=signature,
     )
+
+
+def table_signature(data_spec: Any, sequence_length: int) -> Any:
+    """The signature of a table of windows of `sequence_length` frames of `data_spec`."""
+    return tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), specs.unwrap(data_spec)
+    )
+
+
+def _describe(nest: Any) -> str:
+    """`{path: dtype[shape]}` of a nest of specs, for messages."""
+    if nest is None:
+        return "no signature"
+    fields = sorted(specs.flatten_spec(nest))
+    return "{" + ", ".join(f"{path}: {spec.dtype.name}{spec.shape.as_list()}" for path, spec in fields) + "}"
 
 
 def _rate_limiter(reverb: Any, min_size: int, samples_per_insert: Any, error_buffer: Any) -> Any:
