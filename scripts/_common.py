@@ -61,6 +61,25 @@ def probability(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def layer_sizes(parser: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    """--fc-layers: positive sizes separated by commas, or the parser's error."""
+    try:
+        return tuple(positive_int(size) for size in text.split(","))
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"argument --fc-layers: {error} (sizes separated by commas, e.g. 100,50)")
+
+
 def plain_name(text: str) -> str:
     """An argparse type: a file name without directories (letters, digits, `_`, `.`, `-`; not starting with `.`)."""
     if not NAME.match(text):

@@ -1,7 +1,8 @@
 """Serve one tfbuffers Reverb table to actors and learners in other processes or on other machines.
 
 The table is the one `tfbuffers.ReverbReplayBuffer` makes (windows of
---sequence-length frames of the environment's TF-Agents trajectories, FIFO
+--sequence-length frames of the environment's TF-Agents trajectories, or of the
+spec in --spec-file, FIFO
 removal beyond --capacity items, uniform or prioritized sampling). Processes
 reach it with `tfbuffers.ReverbReplayBuffer(spec, ..., address="HOST:PORT")`.
 
@@ -15,6 +16,10 @@ it on a private network, behind a firewall rule that admits only your actors and
 learners, or reach it through an SSH tunnel (see docs/scaling.md).
 
     python scripts/replay_server.py --env CartPole-v1 --port 8000 --checkpoint-dir runs/replay
+
+A spec file is what `tf_agents.specs.tensor_spec.to_pbtxt_file(path, agent.collect_data_spec)`
+writes, or the policy_specs.pbtxt of a policy saved by TF-Agents' `PolicySaver`
+(its collect_data_spec is used).
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ NO_AUTHENTICATION = (
 )
 
 
+def spec_from_file(path: str) -> Any:
+    """The frames' spec in a TF-Agents spec file (`tensor_spec.to_pbtxt_file`; a PolicySaver's policy_specs.pbtxt)."""
+    from tf_agents.specs import tensor_spec
+
+    spec = tensor_spec.from_pbtxt_file(path)
+    if isinstance(spec, dict) and "collect_data_spec" in spec:
+        spec = spec["collect_data_spec"]
+    return spec
+
+
 def trajectory_spec(env_id: str) -> Any:
     """The TF-Agents trajectory spec of a gymnasium environment (what its drivers and actors add)."""
     env = load_gymnasium(env_id, tf_environment=True)
@@ -56,7 +71,9 @@ def trajectory_spec(env_id: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
+    source.add_argument("--spec-file", default=None, help="the frames' spec from a TF-Agents .pbtxt spec file")
     parser.add_argument("--port", type=_common.positive_int, required=True, help="TCP port to serve on")
     parser.add_argument("--capacity", type=_common.positive_int, default=100_000, help="items the table holds")
     parser.add_argument("--sequence-length", type=_common.positive_int, default=2, help="frames per item")
@@ -76,7 +93,8 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     """Serves until `stop` is set; checkpoints on the way and at the end. Returns the exit status."""
     import reverb
 
-    table = make_table(trajectory_spec(args.env), args.sequence_length, args.table_name, args.capacity, args.sampler)
+    spec = spec_from_file(args.spec_file) if args.spec_file else trajectory_spec(args.env)
+    table = make_table(spec, args.sequence_length, args.table_name, args.capacity, args.sampler)
     checkpointer = None
     if args.checkpoint_dir is not None:
         pathlib.Path(args.checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -103,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     """Parses the command line and serves until SIGTERM or SIGINT."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.spec_file is not None:
+        from google.protobuf import text_format  # type: ignore[import-untyped]
+        from tensorflow import errors
+
+        try:
+            spec_from_file(args.spec_file)
+        except (errors.OpError, text_format.Error, ValueError) as error:  # missing, unreadable, not a spec
+            parser.error(
+                f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {args.spec_file!r}: {error}"
+            )
     if importlib.util.find_spec("reverb") is None:
         parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
     stop = threading.Event()

@@ -11,15 +11,27 @@ Writes a learning curve (PNG) and a summary (JSON) to --output-dir.
     python scripts/train_dqn.py --buffer py_uniform --seed 1
     python scripts/train_dqn.py --buffer tf_prioritized
     python scripts/train_dqn.py --starter-buffer out/starter/cartpole-random
+
+With --replay-server HOST:PORT the buffer is a Reverb table on that server
+(scripts/replay_server.py), filled by actor processes (scripts/collect.py): this
+process only learns. It waits for --initial-collect-frames items, samples the
+table (several servers, comma-separated, are sampled through one dataset,
+`tfbuffers.sharded_dataset`), follows the server's sampler (prioritized: importance
+weights and priority updates as above), and publishes its Q-network to
+--policy-dir every --policy-interval iterations for the actors to act with.
+
+    python scripts/train_dqn.py --replay-server localhost:8000 --policy-dir runs/policy
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
+import re
 import sys
 import time
 from typing import Any
@@ -72,6 +84,9 @@ class Config:
     seed: int = 0
     output_dir: str = "out/dqn"
     starter_buffer: str | None = None
+    replay_server: str | None = None
+    policy_dir: str | None = None
+    policy_interval: int = 1_000
     progress: bool = True
 
 
@@ -132,16 +147,22 @@ def train(config: Config) -> Result:
     )
     agent.initialize()
 
-    if starter_metadata is not None:
+    shards: list[Any] = []
+    if config.replay_server:
+        shards = _connect(config.replay_server.split(","), agent.collect_data_spec)
+        buffer = shards[0]
+    elif starter_metadata is not None:
         buffer, _ = _common.load_starter_buffer(pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec)
     else:
         buffer = _common.make_buffer(
             config.buffer, agent.collect_data_spec, num_envs, max(config.replay_capacity // num_envs, 2)
         )
-    frames_from_starter = int(buffer.num_frames())
+    frames_from_starter = 0 if shards else int(buffer.num_frames())
 
     frames_collected = tf.Variable(0, dtype=tf.int64, trainable=False)
-    if frames_from_starter == 0:
+    if shards:
+        _wait_for_items(shards, config.initial_collect_frames, config.progress)
+    elif frames_from_starter == 0:
         random_policy = random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec())
         frames_collected.assign(
             warm(
@@ -170,12 +191,21 @@ def train(config: Config) -> Result:
     )
     evaluate = tf.function(eval_driver.run)
 
-    dataset = buffer.as_dataset(
-        sample_batch_size=config.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
-    ).prefetch(3)
-    experience = iter(dataset)
+    if shards:
+        dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed)
+    else:
+        dataset = buffer.as_dataset(
+            sample_batch_size=config.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
+        )
+    experience = iter(dataset.prefetch(3))
     train_fn = common.function(agent.train)
-    prioritized = hasattr(buffer, "update_priorities")
+    prioritized = getattr(buffer, "sampler", "prioritized") == "prioritized" and hasattr(buffer, "update_priorities")
+    publisher = None
+    if config.policy_dir:
+        publisher = tf.train.CheckpointManager(
+            tf.train.Checkpoint(q_network=q_net), config.policy_dir, max_to_keep=3, checkpoint_name="q_network"
+        )
+        publisher.save(checkpoint_number=0)
 
     iterations, returns = [0], [_evaluate(evaluate, average_return)]
     time_step, policy_state = env.reset(), collect_driver.policy.get_initial_state(env.batch_size)
@@ -183,13 +213,16 @@ def train(config: Config) -> Result:
     priority_updates = 0
     bar = tqdm(range(1, config.num_iterations + 1), desc="train", unit="it", disable=not config.progress)
     for iteration in bar:
-        time_step, policy_state = collect(time_step, policy_state)
+        if not shards:  # with a replay server, actors collect
+            time_step, policy_state = collect(time_step, policy_state)
         trajectories, info = next(experience)
         if prioritized:
-            loss = _train_prioritized(buffer, train_fn, trajectories, info, config, iteration)
+            loss = _train_prioritized(shards or [buffer], train_fn, trajectories, info, config, iteration)
             priority_updates += 1
         else:
             loss = float(train_fn(trajectories).loss)
+        if publisher is not None and (iteration % config.policy_interval == 0 or iteration == config.num_iterations):
+            publisher.save(checkpoint_number=iteration)
         if iteration % config.eval_interval == 0 or iteration == config.num_iterations:
             iterations.append(iteration)
             returns.append(_evaluate(evaluate, average_return))
@@ -202,7 +235,7 @@ def train(config: Config) -> Result:
         returns=returns,
         final_return=returns[-1],
         best_return=max(returns),
-        frames_in_buffer=int(buffer.num_frames()),
+        frames_in_buffer=sum(int(shard.num_frames()) for shard in shards or [buffer]),
         frames_from_starter=frames_from_starter,
         frames_collected=int(frames_collected.numpy()),
         train_steps=int(train_step.numpy()),
@@ -218,16 +251,51 @@ def train(config: Config) -> Result:
 
 
 def _train_prioritized(
-    buffer: Any, train_fn: Any, trajectories: Any, info: Any, config: Config, iteration: int
+    buffers: list[Any], train_fn: Any, trajectories: Any, info: Any, config: Config, iteration: int
 ) -> float:
-    """One train step as the PER paper: importance weights with beta annealed to 1, |TD errors| as priorities."""
+    """One train step as the PER paper: importance weights with beta annealed to 1, |TD errors| as priorities.
+
+    A local buffer draws windows by their first frame (ids [batch, steps]); that frame takes the window's
+    |TD error|. A Reverb table draws items (ids [batch], keys); every shard gets every key and changes its own.
+    """
     beta = config.beta + (1.0 - config.beta) * iteration / config.num_iterations
-    weights = tfbuffers.importance_weights(info.probabilities, buffer.num_frames(), beta)
+    size = sum(buffer.num_frames() for buffer in buffers)
+    weights = tfbuffers.importance_weights(info.probabilities, size, beta)
     loss_info = train_fn(trajectories, weights=weights)
     td_errors = tf.abs(tf.reshape(loss_info.extra.td_error, [tf.shape(weights)[0], -1]))
-    # A window is drawn by its first frame: that frame takes the window's |TD error| (never 0, as the paper's epsilon).
-    buffer.update_priorities(info.ids[:, 0], tf.reduce_mean(td_errors, axis=1) + PRIORITY_FLOOR)
+    priorities = tf.reduce_mean(td_errors, axis=1) + PRIORITY_FLOOR  # never 0, as the paper's epsilon
+    ids = info.ids if info.ids.shape.rank == 1 else info.ids[:, 0]
+    for buffer in buffers:
+        buffer.update_priorities(ids, priorities)
     return float(loss_info.loss)
+
+
+def _connect(addresses: list[str], spec: Any) -> list[Any]:
+    """A `ReverbReplayBuffer` on each server's table, sampling as the server does."""
+    from tfbuffers.reverb_replay_buffer import served_sampler
+
+    return [
+        tfbuffers.ReverbReplayBuffer(spec, 2, address=address, sampler=served_sampler(address, "tfbuffers"))
+        for address in addresses
+    ]
+
+
+def _wait_for_items(buffers: list[Any], items: int, progress: bool) -> None:
+    """Waits until the servers' tables hold `items` items in all (the actors' warm-up)."""
+    bar = tqdm(total=items, unit="item", desc="waiting for actors", disable=not progress)
+    held = 0
+    while held < items:
+        time.sleep(0.5 if held else 0.0)
+        held = sum(int(buffer.num_frames()) for buffer in buffers)
+        bar.update(min(held, items) - bar.n)
+    bar.close()
+
+
+def buffer_label(config: Config) -> str:
+    """The buffer a run trained from, for its summary line and plot."""
+    if config.replay_server:
+        return f"tfbuffers Reverb tables at {config.replay_server}"
+    return f"tfbuffers {config.buffer}"
 
 
 def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
@@ -240,7 +308,7 @@ def _plot(iterations: list[int], returns: list[float], config: Config, path: pat
     axis.plot(iterations, returns, marker="o")
     axis.set_xlabel("training iteration")
     axis.set_ylabel(f"average return over {config.eval_episodes} episodes")
-    axis.set_title(f"DQN on {config.env}, tfbuffers {config.buffer}, seed {config.seed}")
+    axis.set_title(f"DQN on {config.env}, {buffer_label(config)}, seed {config.seed}")
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -313,6 +381,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--starter-buffer", default=None, help="directory of a buffer made by populate_starter_buffer.py to start from"
     )
+    parser.add_argument(
+        "--replay-server",
+        default=None,
+        help="HOST:PORT of scripts/replay_server.py (or several, comma-separated): learn from actors' frames there",
+    )
+    parser.add_argument(
+        "--policy-dir", default=None, help="publish the Q-network here for scripts/collect.py --policy-dir"
+    )
+    parser.add_argument(
+        "--policy-interval",
+        type=_common.positive_int,
+        default=defaults.policy_interval,
+        help="iterations between publications to --policy-dir",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -323,13 +405,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     fields = {field.name for field in dataclasses.fields(Config)}
     values = {key: value for key, value in vars(args).items() if key in fields}
-    try:
-        values["fc_layers"] = tuple(_common.positive_int(size) for size in args.fc_layers.split(","))
-    except argparse.ArgumentTypeError as error:
-        parser.error(f"argument --fc-layers: {error} (sizes separated by commas, e.g. 100,50)")
+    values["fc_layers"] = _common.layer_sizes(parser, args.fc_layers)
     if not args.learning_rate > 0:
         parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
     values["progress"] = not args.no_progress
+    if args.replay_server:
+        if args.starter_buffer:
+            parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")
+        for address in args.replay_server.split(","):
+            if not re.fullmatch(r"[^\s:,]+:\d+", address):
+                parser.error(f"argument --replay-server: expected HOST:PORT[,HOST:PORT...], got {address!r}")
+        if importlib.util.find_spec("reverb") is None:
+            parser.error("argument --replay-server: dm-reverb cannot be imported here (pinned stack, Python 3.11)")
     return Config(**values)
 
 
@@ -338,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     result = train(config)
     print(
-        f"DQN on {config.env} with tfbuffers {config.buffer}: average return {result.final_return:.1f} "
+        f"DQN on {config.env} with {buffer_label(config)}: average return {result.final_return:.1f} "
         f"(best {result.best_return:.1f}) after {result.train_steps} train steps in {result.seconds:.0f} s; "
         f"{result.frames_in_buffer} frames in the buffer ({result.frames_from_starter} from the starter buffer)."
     )

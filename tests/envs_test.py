@@ -99,6 +99,25 @@ def test_batched_copies_are_seeded_apart():
     assert isinstance(load_gymnasium("CartPole-v1", num_envs=2, tf_environment=True), tf_py_environment.TFPyEnvironment)
 
 
+def test_a_batched_environment_steps_on_a_tf_policy_s_tensors_through_a_py_driver():
+    from tf_agents.policies import py_tf_eager_policy, random_tf_policy
+    from tf_agents.specs import tensor_spec
+
+    env = load_gymnasium("CartPole-v1", num_envs=2, seed=4)
+    time_step_spec = tensor_spec.from_spec(env.time_step_spec())
+    policy = random_tf_policy.RandomTFPolicy(time_step_spec, tensor_spec.from_spec(env.action_spec()))
+    # Without batch_time_steps the policy returns tensors, which the environment steps on as arrays.
+    actor = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
+    buffer = tfbuffers.PyUniformReplayBuffer(policy.trajectory_spec, batch_size=2, max_length=50)
+    py_driver.PyDriver(env, actor, [PyObserver(buffer)], max_steps=30).run(env.reset())
+    frames = buffer.gather_all()
+    reference = load_gymnasium("CartPole-v1", num_envs=2, seed=4)
+    first = reference.reset()
+    np.testing.assert_array_equal(frames.observation[:, 0], first.observation)
+    after = reference.step(frames.action[:, 0])  # the recorded actions replayed on a fresh copy
+    np.testing.assert_array_equal(frames.observation[:, 1], after.observation)
+
+
 def test_continuous_environment_through_a_py_driver():
     env = load_gymnasium("Pendulum-v1", seed=0)  # truncated at 200 steps
     policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=0)

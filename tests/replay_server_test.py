@@ -23,7 +23,7 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def start(port, checkpoint_dir):
+def start(port, checkpoint_dir, *flags):
     process = subprocess.Popen(
         [
             sys.executable,
@@ -34,6 +34,7 @@ def start(port, checkpoint_dir):
             "1000",
             "--checkpoint-dir",
             str(checkpoint_dir),
+            *map(str, flags),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,5 +94,28 @@ def test_the_server_serves_checkpoints_when_stopped_and_restores_every_item_on_r
             items, _ = learner.get_next(sample_batch_size=200, num_steps=2)
             starts = set(items.observation[:, 0, 0].astype(int).tolist())
             assert starts == set(range(11))
+    finally:
+        stop(server)
+
+
+def test_a_server_started_from_a_spec_file_serves_buffers_of_that_spec(tmp_path):
+    from scripts_test_helpers import cartpole_trajectory_spec
+    from tf_agents.specs import tensor_spec
+
+    import tfbuffers
+
+    spec = cartpole_trajectory_spec()
+    tensor_spec.to_pbtxt_file(str(tmp_path / "spec.pbtxt"), spec)
+    port = free_port()
+    server, _ = start(port, tmp_path / "replay", "--spec-file", tmp_path / "spec.pbtxt", "--sequence-length", "3")
+    try:
+        with tfbuffers.ReverbReplayBuffer(spec, 3, address=f"localhost:{port}") as actor:
+            for frame in transitions(4):
+                actor.add_batch(frame)
+            actor.flush()
+            items, _ = actor.get_next(sample_batch_size=50, num_steps=3)
+            assert set(items.observation[:, 0, 0].astype(int).tolist()) == {0, 1}
+        with pytest.raises(ValueError, match="this buffer's items, windows of 2 frames"):
+            tfbuffers.ReverbReplayBuffer(spec, 2, address=f"localhost:{port}")
     finally:
         stop(server)

@@ -405,3 +405,90 @@ def test_a_sample_to_insert_ratio_rate_limiter_is_configured_as_asked():
 def test_bad_table_options_are_refused_naming_the_field(kwargs, error, message):
     with pytest.raises(error, match=message):
         ReverbReplayBuffer(SPEC, **kwargs)
+
+
+def test_two_servers_are_sampled_through_one_dataset_with_exact_mixture_probabilities():
+    from sampling_stats_test import chi_square_p_value_against
+
+    import tfbuffers
+
+    with (
+        ReverbReplayBuffer(SPEC, sequence_length=2) as first,
+        ReverbReplayBuffer(SPEC, sequence_length=2) as second,
+    ):
+        assert first.server_address != second.server_address  # two servers
+        for t in range(3):
+            first.add_batch(frames([t]))
+        for t in range(5):
+            second.add_batch(frames([100 + t]))
+        first.flush()
+        second.flush()
+        dataset = tfbuffers.sharded_dataset([first, second], 100, num_steps=2, weights=[1, 3], seed=5)
+        cells = [(0, 1), (1, 2), (100, 101), (101, 102), (102, 103), (103, 104)]
+        expected = np.array([0.25 / 2] * 2 + [0.75 / 4] * 4)
+        counts = np.zeros(len(cells), np.int64)
+        for items, info in dataset.take(40):
+            np.testing.assert_array_equal(items["v"][..., 0].numpy(), items["x"].numpy())  # whole frames
+            drawn = [cells.index(tuple(window)) for window in items["x"].numpy().tolist()]
+            np.testing.assert_allclose(info.probabilities.numpy(), expected[drawn].astype(np.float32), rtol=1e-6)
+            np.add.at(counts, drawn, 1)
+        assert counts.sum() == 4000
+        assert chi_square_p_value_against(counts, expected) > 1e-4
+
+
+def test_priority_updates_given_to_every_shard_change_each_item_once():
+    import tfbuffers
+
+    with (
+        ReverbReplayBuffer(SPEC, sequence_length=2, sampler="prioritized") as first,
+        ReverbReplayBuffer(SPEC, sequence_length=2, sampler="prioritized") as second,
+    ):
+        for t in range(3):
+            first.add_batch(frames([t]))
+            second.add_batch(frames([100 + t]))
+        first.flush()
+        second.flush()
+        keys = {}
+        for items, info in tfbuffers.sharded_dataset([first, second], 50, num_steps=2).take(4):
+            keys.update(zip(items["x"].numpy()[:, 0].tolist(), info.ids.numpy().tolist()))
+        assert set(keys) == {0, 1, 100, 101}
+        ids = np.array([keys[start] for start in sorted(keys)], np.int64)
+        for shard in (first, second):
+            shard.update_priorities(ids, np.array([2.0, 3.0, 5.0, 7.0]))
+        priorities = {}
+        for shard in (first, second):
+            for sample in shard.py_client.sample(shard.table_name, 200, emit_timesteps=False):
+                priorities[int(sample.data[tf.nest.flatten(SPEC).index(SPEC["x"])][0])] = sample.info.priority
+        assert priorities == {0: 2.0, 1: 3.0, 100: 5.0, 101: 7.0}
+
+
+@pytest.fixture
+def two_shards():
+    with ReverbReplayBuffer(SPEC, sequence_length=2) as first, ReverbReplayBuffer(SPEC, sequence_length=2) as second:
+        yield first, second
+
+
+@pytest.mark.parametrize(
+    ("make_shards", "kwargs", "message"),
+    [
+        (lambda a, b: [], {}, "buffers: expected one or more ReverbReplayBuffer"),
+        (lambda a, b: [a, "b"], {}, "buffers: expected one or more ReverbReplayBuffer"),
+        (lambda a, b: [a, b], {"weights": [1.0]}, r"weights: expected 2 finite numbers > 0, got \[1.0\]"),
+        (lambda a, b: [a, b], {"weights": [1.0, 0.0]}, r"weights: expected 2 finite numbers > 0, got \[1.0, 0.0\]"),
+        (lambda a, b: [a, b], {"weights": [1.0, np.nan]}, "weights: expected 2 finite numbers > 0"),
+    ],
+)
+def test_sharded_dataset_refuses_bad_shards_and_weights(two_shards, make_shards, kwargs, message):
+    import tfbuffers
+
+    with pytest.raises(ValueError, match=message):
+        tfbuffers.sharded_dataset(make_shards(*two_shards), 4, **kwargs)
+
+
+def test_sharded_dataset_refuses_shards_of_other_specs(two_shards):
+    import tfbuffers
+
+    other = {"x": tf.TensorSpec([], tf.int32), "v": tf.TensorSpec([2], tf.float32)}
+    message = r"buffers\[1\]: expected the data spec of buffers\[0\], got another one"
+    with ReverbReplayBuffer(other, sequence_length=2) as third, pytest.raises(ValueError, match=message):
+        tfbuffers.sharded_dataset([two_shards[0], third], 4)

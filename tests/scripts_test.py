@@ -29,6 +29,7 @@ benchmark = load_script("benchmark")
 soak = load_script("soak")
 tf_agents_examples = load_script("tf_agents_examples")
 replay_server = load_script("replay_server")
+collect = load_script("collect")
 
 
 @pytest.mark.parametrize(
@@ -56,6 +57,9 @@ replay_server = load_script("replay_server")
                 "--seed",
                 "--output-dir",
                 "--starter-buffer",
+                "--replay-server",
+                "--policy-dir",
+                "--policy-interval",
                 "--no-progress",
             },
         ),
@@ -95,6 +99,7 @@ replay_server = load_script("replay_server")
             "replay_server",
             {
                 "--env",
+                "--spec-file",
                 "--port",
                 "--capacity",
                 "--sequence-length",
@@ -102,6 +107,24 @@ replay_server = load_script("replay_server")
                 "--table-name",
                 "--checkpoint-dir",
                 "--checkpoint-interval",
+            },
+        ),
+        (
+            "collect",
+            {
+                "--replay-server",
+                "--env",
+                "--num-envs",
+                "--sequence-length",
+                "--table-name",
+                "--frames",
+                "--policy-dir",
+                "--policy-poll-seconds",
+                "--epsilon",
+                "--fc-layers",
+                "--seed",
+                "--record",
+                "--no-progress",
             },
         ),
     ],
@@ -114,6 +137,7 @@ def test_help_documents_every_flag(script, flags, capsys):
         "soak": soak,
         "tf_agents_examples": tf_agents_examples,
         "replay_server": replay_server,
+        "collect": collect,
     }
     module = scripts[script]
     parser = module.build_parser()
@@ -304,7 +328,78 @@ def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
 
 
 @pytest.mark.parametrize(
-    "script", ["train_dqn", "populate_starter_buffer", "benchmark", "tf_agents_examples", "replay_server"]
+    ("argv", "message"),
+    [
+        (
+            ["--replay-server", "localhost"],
+            "argument --replay-server: expected HOST:PORT[,HOST:PORT...], got 'localhost'",
+        ),
+        (["--replay-server", "a:1,b"], "argument --replay-server: expected HOST:PORT[,HOST:PORT...], got 'b'"),
+        (["--replay-server", "a:1", "--starter-buffer", "x"], "argument --starter-buffer: not with --replay-server"),
+        (["--policy-interval", "0"], "argument --policy-interval: expected a positive int, got 0"),
+    ],
+)
+def test_train_dqn_refuses_bad_replay_server_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        train_dqn.parse_args(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: --replay-server"),
+        (["--replay-server", "host"], "argument --replay-server: expected HOST:PORT, got 'host'"),
+        (["--replay-server", "h:1", "--frames", "-1"], "argument --frames: expected an int >= 0, got -1"),
+        (
+            ["--replay-server", "h:1", "--policy-poll-seconds", "0"],
+            "argument --policy-poll-seconds: expected a positive",
+        ),
+        (["--replay-server", "h:1", "--policy-poll-seconds", "inf"], "expected a positive number, got inf"),
+        (["--replay-server", "h:1", "--fc-layers", "10,x"], "argument --fc-layers: expected a positive int, got 'x'"),
+        (["--replay-server", "h:1", "--table-name", "../t"], "argument --table-name: expected a plain name"),
+    ],
+)
+def test_collect_refuses_bad_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        collect.parse_args(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_not_one(tmp_path, capsys):
+    from scripts_test_helpers import cartpole_trajectory_spec
+    from tf_agents.specs import tensor_spec
+
+    spec = cartpole_trajectory_spec()
+    tensor_spec.to_pbtxt_file(str(tmp_path / "spec.pbtxt"), spec)
+    # A PolicySaver's policy_specs.pbtxt: a dict that holds collect_data_spec.
+    tensor_spec.to_pbtxt_file(
+        str(tmp_path / "policy_specs.pbtxt"), {"collect_data_spec": spec, "policy_state_spec": ()}
+    )
+    for name in ("spec.pbtxt", "policy_specs.pbtxt"):
+        read = replay_server.spec_from_file(str(tmp_path / name))
+        assert type(read).__name__ == "Trajectory"
+        assert [(s.shape, s.dtype) for s in tf.nest.flatten(read)] == [
+            (s.shape, s.dtype) for s in tf.nest.flatten(spec)
+        ]
+    (tmp_path / "bad.pbtxt").write_text("not a spec")
+    for path in (tmp_path / "bad.pbtxt", tmp_path / "missing.pbtxt"):
+        with pytest.raises(SystemExit) as exited:
+            replay_server.main(["--port", "1", "--spec-file", str(path)])
+        assert exited.value.code == 2
+        assert (
+            f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {str(path)!r}"
+            in capsys.readouterr().err
+        )
+    with pytest.raises(SystemExit):
+        replay_server.main(["--port", "1", "--spec-file", "x", "--env", "CartPole-v1"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "script", ["train_dqn", "populate_starter_buffer", "benchmark", "tf_agents_examples", "replay_server", "collect"]
 )
 def test_help_prints_no_gym_notice(script):
     # gym 0.23 prints an "unmaintained" notice when tf-agents imports it; the scripts keep it off.

@@ -10,7 +10,7 @@ from tfbuffers.prioritized import importance_weights
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
-from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer
+from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer, sharded_dataset
 from tfbuffers.state import BufferState
 from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
@@ -26,6 +26,7 @@ __all__ = [
     "TFPrioritizedReplayBuffer",
     "TFUniformReplayBuffer",
     "importance_weights",
+    "sharded_dataset",
 ]
 
 __version__ = "0.1.0"

@@ -116,6 +116,7 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
         return ts.restart(_cast(observation, self._observation_spec))
 
     def _step(self, action: Any) -> ts.TimeStep:
+        action = np.asarray(action)  # numpy, or a tensor (PyTFEagerPolicy(batch_time_steps=False) returns those)
         action = action.item() if isinstance(self._env.action_space, gymnasium.spaces.Discrete) else action
         observation, reward, terminated, truncated, _ = self._env.step(action)
         observation = _cast(observation, self._observation_spec)

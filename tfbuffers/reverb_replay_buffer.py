@@ -59,6 +59,10 @@ OTHER_SIGNATURE = (
 )
 CLOSE_FLUSH_SECONDS = 10
 UNSENT_AT_CLOSE = "ReverbReplayBuffer.close: items written since the last flush could not be sent to %s: %s"
+OTHER_SAMPLER = (
+    "sampler: table {table!r} at {address} samples {served} (as its server was started), but this buffer was "
+    "created with sampler={received!r}"
+)
 STARTED = (
     "tfbuffers started an embedded Reverb server for table %r on port %d. It listens on every network interface "
     "without authentication: anyone who can reach this machine on that port can read, write and clear the buffer. "
@@ -228,6 +232,11 @@ class ReverbReplayBuffer(ReplayBuffer):
         self._client = reverb.Client(address)
         if self._server is None:
             self._check_served_table(table_signature(self._data_spec, sequence_length))
+            served = served_sampler(self._client, table_name)
+            if served != sampler:
+                raise ValueError(
+                    OTHER_SAMPLER.format(table=table_name, address=address, served=served, received=sampler)
+                )
         self._lock = threading.Lock()  # one writer per environment, used by one thread at a time
         self._writers = [self._client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
         self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
@@ -242,6 +251,11 @@ class ReverbReplayBuffer(ReplayBuffer):
     def sequence_length(self) -> int:
         """Frames per item: the longest window `get_next` and `as_dataset` sample."""
         return self._sequence_length
+
+    @property
+    def sampler(self) -> str:
+        """How the table draws items: "uniform" or "prioritized"."""
+        return self._sampler
 
     @property
     def table_name(self) -> str:
@@ -508,6 +522,77 @@ def make_table(
         rate_limiter=rate_limiter or reverb.rate_limiters.MinSize(1),
         signature=signature,
     )
+
+
+def served_sampler(client: Any, table_name: str) -> str:
+    """How a served table samples, "uniform" or "prioritized" (or its Reverb options when neither).
+
+    `client` is a `reverb.Client` or a "host:port" address.
+    """
+    if isinstance(client, str):
+        client = _import_reverb().Client(client)
+    options = client.server_info()[table_name].sampler_options
+    if options.HasField("uniform"):
+        return "uniform"
+    if options.HasField("prioritized"):
+        return "prioritized"
+    return str(options).strip()
+
+
+def sharded_dataset(
+    buffers: Any,
+    sample_batch_size: int,
+    num_steps: int | None = None,
+    *,
+    weights: Any = None,
+    num_parallel_calls: int | None = None,
+    seed: int | None = None,
+) -> tf.data.Dataset:
+    """Samples several Reverb buffers (shards on other servers) through one dataset.
+
+    Each element of a batch comes from shard `i` with probability `weights[i]`
+    (equal by default), then from that shard's table as its sampler draws.
+    `BufferInfo.probabilities` are the probabilities of the draws in the mixture,
+    `weights[i]` times the shard's, so importance weights stay exact. Sampling is
+    uniform over all items when the weights are proportional to the shards' sizes,
+    as when each shard is fed by the same number of actors. An item's key is its
+    shard's; `update_priorities` on every shard with the same ids updates each item
+    once, since a table ignores keys it does not hold.
+
+    Args:
+      buffers: `ReverbReplayBuffer`s of one data spec, one per server.
+      sample_batch_size: Windows per batch.
+      num_steps: Frames per window, as `as_dataset`'s.
+      weights: One number > 0 per shard; None for equal weights.
+      num_parallel_calls: Passed to each shard's `as_dataset`.
+      seed: The shard choice's seed.
+
+    Raises:
+      ValueError: If there are no buffers, their specs differ, or the weights do not fit.
+    """
+    buffers = list(buffers)
+    if not buffers or not all(isinstance(buffer, ReverbReplayBuffer) for buffer in buffers):
+        raise ValueError(f"buffers: expected one or more ReverbReplayBuffer, got {buffers!r}")
+    for index, buffer in enumerate(buffers[1:], 1):
+        if buffer.fields != buffers[0].fields:
+            raise ValueError(f"buffers[{index}]: expected the data spec of buffers[0], got another one")
+    shares = np.full(len(buffers), 1.0 / len(buffers)) if weights is None else np.asarray(weights, np.float64)
+    if shares.shape != (len(buffers),) or not np.all(np.isfinite(shares)) or not np.all(shares > 0):
+        raise ValueError(f"weights: expected {len(buffers)} finite numbers > 0, got {weights!r}")
+    shares = shares / shares.sum()
+
+    def scaled(share: float) -> Any:
+        def scale(items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
+            return items, BufferInfo(info.ids, info.probabilities * np.float32(share))
+
+        return scale
+
+    shards = [
+        buffer.as_dataset(num_steps=num_steps, num_parallel_calls=num_parallel_calls).map(scaled(share))
+        for buffer, share in zip(buffers, shares)
+    ]
+    mixed = tf.data.Dataset.sample_from_datasets(shards, weights=shares.tolist(), seed=seed)
+    return mixed.batch(positive_int("sample_batch_size", sample_batch_size), drop_remainder=True)
 
 
 def table_signature(data_spec: Any, sequence_length: int) -> Any:
