@@ -72,6 +72,7 @@ OURS = {
     "tfbuffers py": "TF-Agents py",
     "tfbuffers TF prioritized": "tfbuffers TF",  # what prioritizing costs, against the uniform buffer
     "tfbuffers py prioritized": "cpprb PER",
+    "tfbuffers Reverb": "TF-Agents Reverb",
 }
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
@@ -79,7 +80,9 @@ REFERENCES = {
     "tfbuffers py": ("TF-Agents Reverb", "cpprb uniform", "numpy limit", "tf.data ceiling"),
     "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER"),
     "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform"),
+    "tfbuffers Reverb": ("tfbuffers py",),
 }
+MID = 1  # TF-Agents' StepType.MID
 PRIORITY_BETA = 0.4  # cpprb's importance weights are made with every sample; beta is theirs to take
 
 
@@ -153,6 +156,10 @@ class System:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self.frames_added = 0
+
+    def prepare(self, batches: list[Any]) -> list[Any]:
+        """The batches this system is given (made before any timing): the benchmark's own by default."""
+        return batches
 
     def add(self, batch: Any) -> None:
         """Adds one batch (one frame per environment) the way this system is called eagerly."""
@@ -420,6 +427,58 @@ class TFAgentsPy(System):
         return sum(storage._array(i).nbytes for i in range(len(tf.nest.flatten(self.workload.spec))))
 
 
+def _mid_episode(batches: list[Any]) -> list[Any]:
+    """The batches with every step type MID: one long episode per environment, as Reverb writers see most frames.
+
+    Random step types would end an episode at a third of the frames; both Reverb paths flush or reset there.
+    """
+
+    def mid(batch: Any) -> Any:
+        middle = np.full_like(batch.step_type, MID)
+        return batch._replace(step_type=middle, next_step_type=middle)
+
+    return [mid(batch) for batch in batches]
+
+
+def _reverb_checkpoint(client: Any) -> tuple[float, None, int]:
+    """(Seconds of a Reverb checkpoint, no load measure, bytes written)."""
+    start = time.perf_counter()
+    path = pathlib.Path(client.checkpoint())
+    seconds = time.perf_counter() - start
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return seconds, None, size
+
+
+class TFBuffersReverb(System):
+    """tfbuffers.ReverbReplayBuffer on its embedded server: one add_batch per step for all environments."""
+
+    name = "tfbuffers Reverb"
+    requires = ("reverb",)
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        self._checkpoint_dir = tempfile.mkdtemp(prefix="reverb-benchmark-")
+        self.buffer = tfbuffers.ReverbReplayBuffer(
+            workload.spec,
+            workload.num_steps,
+            batch_size=workload.num_envs,
+            capacity=workload.frames,
+            checkpoint_dir=self._checkpoint_dir,
+        )
+
+    prepare = staticmethod(_mid_episode)
+    add = _TFBuffer.add
+    sample_dataset = _TFBuffer.sample_dataset
+    get_next = _TFBuffer.get_next
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
+        return _reverb_checkpoint(self.buffer.py_client)
+
+    def close(self) -> None:
+        self.buffer.close()
+        shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+
 class TFAgentsReverb(System):
     """TF-Agents' Reverb path: ReverbAddTrajectoryObserver per environment, ReverbReplayBuffer."""
 
@@ -449,6 +508,8 @@ class TFAgentsReverb(System):
             for _ in range(workload.num_envs)
         ]
 
+    prepare = staticmethod(_mid_episode)
+
     def add(self, batch: Any) -> None:
         for env, observer in enumerate(self.observers):
             observer(tf.nest.map_structure(lambda x, e=env: x[e], batch))
@@ -459,11 +520,7 @@ class TFAgentsReverb(System):
         return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
 
     def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
-        start = time.perf_counter()
-        path = pathlib.Path(self.buffer.py_client.checkpoint())
-        seconds = time.perf_counter() - start
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        return seconds, None, size
+        return _reverb_checkpoint(self.buffer.py_client)
 
     def close(self) -> None:
         for observer in self.observers:
@@ -669,6 +726,7 @@ SYSTEMS: list[type[System]] = [
     TFBuffersPyPrioritized,
     Cpprb,
     CpprbPER,
+    TFBuffersReverb,
     TFAgentsReverb,
     NumpyLimit,
     BareVariables,
@@ -696,6 +754,62 @@ def available_systems() -> tuple[list[type[System]], dict[str, str]]:
     return kept, left_out
 
 
+def _actor(address: str, workload: Workload, seconds: float, ready: Any, go: Any, results: Any) -> None:
+    """One actor process: adds the workload's batches to the server at `address` for `seconds`, then flushes."""
+    batches = _mid_episode(numpy_batches(workload, 16, seed=os.getpid()))
+    with tfbuffers.ReverbReplayBuffer(
+        workload.spec, workload.num_steps, batch_size=workload.num_envs, address=address
+    ) as buffer:
+        buffer.add_batch(batches[0])  # connected and warm before the clock starts
+        ready.put(True)
+        go.wait()
+        start = time.perf_counter()
+        steps = 0
+        while time.perf_counter() - start < seconds:
+            buffer.add_batch(batches[steps % len(batches)])
+            steps += 1
+        buffer.flush()
+        results.put((steps * workload.num_envs, time.perf_counter() - start))
+
+
+def actor_rates(workload: Workload, counts: list[int], seconds: float, progress: bool) -> dict[str, Any]:
+    """Frames (items) per second into one Reverb server from 1, 2, 4... actor processes adding at once.
+
+    The server is the embedded one of a `tfbuffers.ReverbReplayBuffer` in this process; each actor is a
+    process of its own with a `ReverbReplayBuffer(..., address=...)`, adding one frame per environment
+    per call, as `scripts/collect.py` does once its environment has stepped.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    rates: dict[str, Any] = {}
+    with tfbuffers.ReverbReplayBuffer(
+        workload.spec, workload.num_steps, batch_size=workload.num_envs, capacity=workload.frames
+    ) as server:
+        for count in tqdm(counts, desc=f"{workload.name}: actors", disable=not progress):
+            ready, results, go = context.Queue(), context.Queue(), context.Event()
+            actors = [
+                context.Process(target=_actor, args=(server.server_address, workload, seconds, ready, go, results))
+                for _ in range(count)
+            ]
+            for actor in actors:
+                actor.start()
+            for _ in actors:
+                ready.get(timeout=300)
+            go.set()
+            added = [results.get(timeout=300 + seconds) for _ in actors]
+            for actor in actors:
+                actor.join(timeout=60)
+            frames = sum(frames for frames, _ in added)
+            elapsed = max(elapsed for _, elapsed in added)
+            rates[str(count)] = {
+                "frames_per_second": frames / elapsed,
+                "per_actor": [frames / elapsed for frames, elapsed in added],
+            }
+            server.clear()
+    return rates
+
+
 def _rss() -> int:
     gc.collect()
     return psutil.Process().memory_info().rss
@@ -707,13 +821,15 @@ def run_workload(
     """Builds and fills every system of `classes`, then runs every measure on each in turn, `repetitions` times."""
     batches = numpy_batches(workload, 64)
     systems: list[System] = []
+    given: dict[str, list[Any]] = {}  # each system's batches
     memory: dict[str, dict[str, float | None]] = {}
     total = workload.frames * len(classes)
     with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
         for cls in classes:
             before = _rss()
             system = cls(workload)
-            system.fill(batches, bar)
+            given[system.name] = system.prepare(batches)
+            system.fill(given[system.name], bar)
             resident = _rss() - before
             stored = system.stored_bytes()
             memory[system.name] = {
@@ -732,7 +848,7 @@ def run_workload(
         for _ in range(repetitions):
             for system in systems:
                 if system.adds:
-                    seconds = _time(functools.partial(_add_steps, system, batches, num_adds))
+                    seconds = _time(functools.partial(_add_steps, system, given[system.name], num_adds))
                     samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
                 graph = system.add_graph(num_adds * 5)
                 if graph is not None:
@@ -821,6 +937,16 @@ def markdown(results: dict[str, Any]) -> str:
         ):
             cells = [_fmt(result["memory"][name][key]) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if result.get("actors"):
+            lines += [
+                "",
+                "Actor processes adding to one tfbuffers Reverb server at once (items/s; an item per frame):",
+                "",
+            ]
+            lines += ["| actors | items/s, all actors | items/s per actor |", "|---|---|---|"]
+            for count, entry in result["actors"].items():
+                each = ", ".join(_fmt(rate) for rate in entry["per_actor"])
+                lines.append(f"| {count} | {_fmt(entry['frames_per_second'])} | {each} |")
         lines += ["", "Ratios (tfbuffers / peer, medians of the same run):", ""]
         lines += ["| measure | ratio | value |", "|---|---|---|"]
         for measure, row in ratios(result).items():
@@ -890,6 +1016,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated system names to run (default: every one installed), e.g. 'tfbuffers py,cpprb PER'",
     )
     parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (default 5, quick 2)")
+    parser.add_argument(
+        "--actors",
+        default=None,
+        help="actor process counts adding to one tfbuffers Reverb server, e.g. 1,2,4 (default 1,2,4; quick 1; "
+        "'0' for none); needs dm-reverb and the 'tfbuffers Reverb' system",
+    )
+    parser.add_argument(
+        "--actor-seconds", type=float, default=None, help="seconds each actor adds for (default 10, quick 2)"
+    )
     parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -897,8 +1032,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and writes its outputs."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     repetitions = args.repetitions or (2 if args.quick else 5)
+    actors_text = args.actors or ("1" if args.quick else "1,2,4")
+    try:
+        actor_counts = [int(count) for count in actors_text.split(",") if int(count) > 0]
+        if any(int(count) < 0 for count in actors_text.split(",")):
+            raise ValueError
+    except ValueError:
+        parser.error(f"argument --actors: expected process counts separated by commas, e.g. 1,2,4, got {actors_text!r}")
+    actor_seconds = args.actor_seconds or (2.0 if args.quick else 10.0)
+    if not 0 < actor_seconds < float("inf"):
+        parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
     output_dir = pathlib.Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -914,7 +1060,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [name for name in wanted if name not in {cls.name for cls in SYSTEMS}]
         if unknown or not wanted:
             names = ", ".join(cls.name for cls in SYSTEMS)
-            build_parser().error(f"argument --systems: expected names among {names}, got {args.systems!r}")
+            parser.error(f"argument --systems: expected names among {names}, got {args.systems!r}")
         classes = [cls for cls in classes if cls.name in wanted]
     results["systems"] = [cls.name for cls in classes]
     results["left_out"] = left_out
@@ -926,6 +1072,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
+        if actor_counts and TFBuffersReverb in classes:
+            rates = actor_rates(workload, actor_counts, actor_seconds, not args.no_progress)
+            results["workloads"][name]["actors"] = rates
         results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
     results["seconds"] = time.perf_counter() - started
     table = markdown(results)

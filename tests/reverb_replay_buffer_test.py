@@ -180,6 +180,28 @@ def test_as_dataset_batches_windows_with_keys_and_probabilities(buffer):
     np.testing.assert_allclose(info.probabilities.numpy(), np.full(8, 1 / 6, np.float32))
 
 
+@pytest.mark.parametrize(
+    ("sample_batch_size", "num_steps", "x_shape"),
+    [(None, None, ()), (None, 2, (2,)), (4, None, (4,)), (4, 3, (4, 3)), (4, 1, (4, 1))],
+)
+def test_as_dataset_cuts_the_windows_it_is_asked_for(buffer, sample_batch_size, num_steps, x_shape):
+    for t in range(5):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.flush()
+    starts = {e + t for e in (0, 100) for t in range(3)}  # windows of 3 frames
+    dataset = buffer.as_dataset(sample_batch_size=sample_batch_size, num_steps=num_steps)
+    for items, info in dataset.take(5):
+        x = items["x"].numpy()
+        assert x.shape == x_shape and items["v"].shape == (*x_shape, 2)
+        np.testing.assert_array_equal(items["v"].numpy()[..., 0], x)  # whole frames
+        np.testing.assert_array_equal(items["v"].numpy()[..., 1], -x)
+        windows = x.reshape(sample_batch_size or 1, -1)
+        assert set(windows[:, 0].tolist()) <= starts
+        np.testing.assert_array_equal(windows, windows[:, :1] + np.arange(windows.shape[1]))  # consecutive frames
+        assert info.ids.shape == (() if sample_batch_size is None else (sample_batch_size,))
+        np.testing.assert_allclose(info.probabilities.numpy(), 1 / 6, rtol=1e-6)
+
+
 def test_what_a_table_cannot_do_is_refused_saying_why(buffer):
     with pytest.raises(NotImplementedError) as raised:
         buffer.gather_all()

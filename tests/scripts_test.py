@@ -259,7 +259,18 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         assert "tfbuffers py / bare tf.Variable" not in result["ratios"]["add_graph"]
         assert ("tfbuffers py prioritized / cpprb PER" in result["ratios"]["sample_update"]) == ("cpprb PER" in systems)
         assert "tfbuffers TF prioritized / tfbuffers TF" in result["ratios"]["get_next"]
+        reverb = "tfbuffers Reverb" in systems  # the pinned stack
+        assert ("tfbuffers Reverb / TF-Agents Reverb" in result["ratios"]["sample_dataset"]) == reverb
+        assert ("tfbuffers Reverb / TF-Agents Reverb" in result["ratios"]["add_eager"]) == reverb
+        if reverb:  # --quick: one actor process
+            assert list(result["actors"]) == ["1"] and len(result["actors"]["1"]["per_actor"]) == 1
+            assert result["actors"]["1"]["frames_per_second"] > 0
+        else:
+            assert "actors" not in result
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ("Actor processes adding to one tfbuffers Reverb server" in (tmp_path / "results.md").read_text()) == (
+        "tfbuffers Reverb" in systems
+    )
     table = (tmp_path / "results.md").read_text()
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
     assert "### control" in capsys.readouterr().out
@@ -422,14 +433,18 @@ def test_the_benchmark_leaves_out_what_cannot_be_imported_and_says_why(monkeypat
     classes, left_out = benchmark.available_systems()
     # cpprb has wheels up to Python 3.12: where it is missing, its two systems are left out too, saying so.
     cpprb = {"cpprb uniform", "cpprb PER"} if real("cpprb") is None else set()
-    kept = [cls.name for cls in benchmark.SYSTEMS if cls.name != "TF-Agents Reverb" and cls.name not in cpprb]
+    reverb = {"tfbuffers Reverb", "TF-Agents Reverb"}
+    kept = [cls.name for cls in benchmark.SYSTEMS if cls.name not in reverb and cls.name not in cpprb]
     assert [cls.name for cls in classes] == kept
     why_cpprb = (
         "needs cpprb, not installed here (the 'all', 'current' and 'scripts' extras install it; "
         "cpprb 11.0 has wheels for Python 3.12 and older)"
     )
     assert left_out == {
-        "TF-Agents Reverb": "needs reverb, not installed here (dm-reverb has wheels for Python 3.11 and older only)",
+        **{
+            name: "needs reverb, not installed here (dm-reverb has wheels for Python 3.11 and older only)"
+            for name in reverb
+        },
         **{name: why_cpprb for name in sorted(cpprb)},
     }
     monkeypatch.undo()
@@ -442,3 +457,18 @@ def test_the_benchmark_refuses_unknown_systems(capsys):
         benchmark.main(["--systems", "tfbuffers py,fastest buffer"])
     assert exited.value.code == 2
     assert "argument --systems: expected names among tfbuffers TF, TF-Agents TF" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--actors", "1,x"], "argument --actors: expected process counts separated by commas, e.g. 1,2,4, got '1,x'"),
+        (["--actors", "-1"], "argument --actors: expected process counts separated by commas, e.g. 1,2,4, got '-1'"),
+        (["--actor-seconds", "-2"], "argument --actor-seconds: expected a positive number, got -2.0"),
+    ],
+)
+def test_the_benchmark_refuses_bad_actor_options(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        benchmark.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err

@@ -447,16 +447,22 @@ class ReverbReplayBuffer(ReplayBuffer):
             table=self._table_name,
             max_in_flight_samples_per_worker=2 * (sample_batch_size or 1),
         )
+        # Batched before anything else, so that the windows are cut and the fields packed once per batch.
+        batched = sample_batch_size is not None
+        if batched:
+            dataset = dataset.batch(sample_batch_size, drop_remainder=True)
 
         def element(sample: Any) -> tuple[Any, BufferInfo]:
-            items = tf.nest.map_structure(lambda leaf: self._window(leaf, num_steps), sample.data)
+            def window(leaf: tf.Tensor) -> tf.Tensor:
+                if num_steps is None:
+                    return leaf[:, 0] if batched else leaf[0]
+                return leaf[:, :num_steps] if batched else leaf[:num_steps]
+
+            items = tf.nest.map_structure(window, sample.data)
             info = BufferInfo(tf.bitcast(sample.info.key, tf.int64), tf.cast(sample.info.probability, tf.float32))
             return self._pack_for_dataset(tf.nest.flatten(items)), info
 
-        dataset = dataset.map(element, num_parallel_calls=num_parallel_calls)
-        if sample_batch_size is not None:
-            dataset = dataset.batch(sample_batch_size, drop_remainder=True)
-        return dataset
+        return dataset.map(element, num_parallel_calls=num_parallel_calls)
 
     def _single_deterministic_pass_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
