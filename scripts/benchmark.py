@@ -466,7 +466,9 @@ class TFBuffersReverb(System):
             checkpoint_dir=self._checkpoint_dir,
         )
 
-    prepare = staticmethod(_mid_episode)
+    def prepare(self, batches: list[Any]) -> list[Any]:
+        return _mid_episode(batches)
+
     add = _TFBuffer.add
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
@@ -508,7 +510,8 @@ class TFAgentsReverb(System):
             for _ in range(workload.num_envs)
         ]
 
-    prepare = staticmethod(_mid_episode)
+    def prepare(self, batches: list[Any]) -> list[Any]:
+        return _mid_episode(batches)
 
     def add(self, batch: Any) -> None:
         for env, observer in enumerate(self.observers):

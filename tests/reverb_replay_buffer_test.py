@@ -274,6 +274,33 @@ def test_close_sends_the_items_written_since_the_last_flush():
         server.stop()
 
 
+def test_a_long_episode_never_holds_more_than_max_pending_items_unconfirmed():
+    from tfbuffers.reverb_replay_buffer import MAX_PENDING_ITEMS
+
+    class Recording:
+        """The buffer's real writer, recording how it is flushed."""
+
+        def __init__(self, writer):
+            self.writer, self.flushes = writer, []
+
+        def flush(self, block_until_num_items=0, timeout_ms=None):
+            self.flushes.append(block_until_num_items)
+            return self.writer.flush(block_until_num_items, timeout_ms)
+
+        def __getattr__(self, name):
+            return getattr(self.writer, name)
+
+    with ReverbReplayBuffer(SPEC, sequence_length=2, capacity=1000) as buffer:
+        writer = buffer._writers[0] = Recording(buffer._writers[0])
+        for t in range(200):  # one episode: no LAST, no flush() by the caller
+            buffer.add_batch(frames([t]))
+        # 199 items made: after every MAX_PENDING_ITEMS-th, the writer waited for all but that many.
+        assert writer.flushes == [MAX_PENDING_ITEMS] * (199 // MAX_PENDING_ITEMS)
+        assert int(buffer.num_frames()) >= (199 // MAX_PENDING_ITEMS - 1) * MAX_PENDING_ITEMS
+        buffer.flush()
+        assert writer.flushes[-1] == 0 and int(buffer.num_frames()) == 199
+
+
 def test_close_after_the_server_is_gone_returns_and_says_what_was_not_sent(monkeypatch, caplog):
     from tfbuffers import reverb_replay_buffer
 

@@ -58,6 +58,7 @@ OTHER_SIGNATURE = (
     "was started with"
 )
 CLOSE_FLUSH_SECONDS = 10
+MAX_PENDING_ITEMS = 16  # items a writer may have sent and not yet seen confirmed, in the middle of an episode
 UNSENT_AT_CLOSE = "ReverbReplayBuffer.close: items written since the last flush could not be sent to %s: %s"
 OTHER_SAMPLER = (
     "sampler: table {table!r} at {address} samples {served} (as its server was started), but this buffer was "
@@ -241,6 +242,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         self._writers = [self._client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
         self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
         self._added = np.zeros(batch_size, np.int64)  # frames each environment added in all
+        self._items = np.zeros(batch_size, np.int64)  # items each environment's writer made
 
     @property
     def batch_size(self) -> int:
@@ -342,12 +344,19 @@ class ReverbReplayBuffer(ReplayBuffer):
         if step_type == FIRST and self._episode_frames[env]:
             writer.end_episode(clear_buffers=False)  # no item reaches back into the last episode
             self._episode_frames[env] = 0
-        writer.append(specs.pack(self._data_spec, frame))
+        # The writer gets the fields as a flat list, in the order of the table signature's flattened columns
+        # (which is what the server checks and the samplers unpack): packing the nest costs more than the write.
+        writer.append(frame)
         self._episode_frames[env] += 1
         length = self._sequence_length
         if self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0:
-            window = tf.nest.map_structure(lambda column: column[-length:], writer.history)
+            window = [column[-length:] for column in writer.history]
             writer.create_item(self._table_name, priority=self._max_priority, trajectory=window)
+            self._items[env] += 1
+            if self._items[env] % MAX_PENDING_ITEMS == 0:
+                # Long episodes: wait until the server confirmed all but the last MAX_PENDING_ITEMS, so that
+                # unconfirmed items cannot pile up in memory (Reverb warns beyond about 50).
+                writer.flush(block_until_num_items=MAX_PENDING_ITEMS)
         if step_type == LAST:
             writer.flush()
 
