@@ -66,6 +66,7 @@ def test_public_names():
         "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
         "importance_weights",
+        "sharded_dataset",
     ]
     # Each name is the object its module defines, not a stand-in.
     assert tfbuffers.BufferInfo is replay_buffer.BufferInfo
@@ -78,6 +79,7 @@ def test_public_names():
     assert tfbuffers.TFPrioritizedReplayBuffer is tf_prioritized_replay_buffer.TFPrioritizedReplayBuffer
     assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer
+    assert tfbuffers.sharded_dataset is reverb_replay_buffer.sharded_dataset
 
 
 def test_the_reverb_buffer_without_dm_reverb_says_how_to_get_it(monkeypatch):

@@ -174,6 +174,47 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+def test_the_learner_trains_from_two_prioritized_servers_and_updates_both(tmp_path):
+    from scripts_test_helpers import cartpole_trajectory_spec
+    from tf_agents.policies import random_tf_policy
+
+    import tfbuffers
+    from tfbuffers.collect import warm
+    from tfbuffers.envs import load_gymnasium
+
+    spec = cartpole_trajectory_spec()
+    with (
+        tfbuffers.ReverbReplayBuffer(spec, 2, sampler="prioritized") as first,
+        tfbuffers.ReverbReplayBuffer(spec, 2, sampler="prioritized") as second,
+    ):
+        for seed, shard in enumerate((first, second)):
+            env = load_gymnasium("CartPole-v1", seed=seed, tf_environment=True)
+            warm(shard, env, random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec()), 100)
+            shard.flush()
+        held = int(first.num_frames()) + int(second.num_frames())
+        config = train_dqn.Config(
+            replay_server=f"{first.server_address},{second.server_address}",
+            policy_dir=str(tmp_path / "policy"),
+            policy_interval=10,
+            initial_collect_frames=150,
+            num_iterations=30,
+            batch_size=16,
+            eval_interval=30,
+            eval_episodes=1,
+            output_dir=str(tmp_path / "dqn"),
+            progress=False,
+        )
+        result = train_dqn.train(config)
+        assert (result.train_steps, result.priority_updates, result.frames_collected) == (30, 30, 0)
+        assert result.frames_in_buffer == held  # the learner added nothing
+        for shard in (first, second):  # both shards got new priorities from TD errors (new items get 1.0)
+            samples = shard.py_client.sample(shard.table_name, 400, emit_timesteps=False)
+            assert any(sample.info.priority != 1.0 for sample in samples)
+        published = sorted(path.name for path in (tmp_path / "policy").glob("q_network-*.index"))
+        assert published == ["q_network-10.index", "q_network-20.index", "q_network-30.index"]  # the newest 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
 def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_path, capsys):
     from scripts_test_helpers import cartpole_trajectory_spec
 
