@@ -242,12 +242,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[^\s:,]+:\d+", args.replay_server):
         parser.error(f"argument --replay-server: expected HOST:PORT, got {args.replay_server!r}")
-    if importlib.util.find_spec("reverb") is None:
-        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
     fields = {field.name for field in dataclasses.fields(Config)}
     values = {key: value for key, value in vars(args).items() if key in fields}
     values["fc_layers"] = _common.layer_sizes(parser, args.fc_layers)
     values["progress"] = not args.no_progress
+    if importlib.util.find_spec("reverb") is None:  # the arguments are checked first, on every stack
+        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
     return Config(**values)
 
 

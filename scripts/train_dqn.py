@@ -245,6 +245,8 @@ def train(config: Config) -> Result:
         curve_png=str(curve_png),
         summary_json=str(output_dir / "summary.json"),
     )
+    for shard in shards:
+        shard.close()  # the servers keep their tables
     summary = {"config": dataclasses.asdict(config), "result": dataclasses.asdict(result)}
     pathlib.Path(result.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
     return result
@@ -274,20 +276,21 @@ def _connect(addresses: list[str], spec: Any) -> list[Any]:
     """A `ReverbReplayBuffer` on each server's table, sampling as the server does."""
     from tfbuffers.reverb_replay_buffer import served_sampler
 
-    return [
-        tfbuffers.ReverbReplayBuffer(spec, 2, address=address, sampler=served_sampler(address, "tfbuffers"))
-        for address in addresses
-    ]
+    samplers = {address: served_sampler(address, "tfbuffers") for address in addresses}
+    if len(set(samplers.values())) > 1:
+        raise ValueError(f"replay_server: expected servers that sample alike, got {samplers}")
+    return [tfbuffers.ReverbReplayBuffer(spec, 2, address=address, sampler=samplers[address]) for address in addresses]
 
 
 def _wait_for_items(buffers: list[Any], items: int, progress: bool) -> None:
     """Waits until the servers' tables hold `items` items in all (the actors' warm-up)."""
     bar = tqdm(total=items, unit="item", desc="waiting for actors", disable=not progress)
-    held = 0
-    while held < items:
-        time.sleep(0.5 if held else 0.0)
+    while True:
         held = sum(int(buffer.num_frames()) for buffer in buffers)
         bar.update(min(held, items) - bar.n)
+        if held >= items:
+            break
+        time.sleep(0.5)
     bar.close()
 
 

@@ -215,6 +215,25 @@ def test_the_learner_trains_from_two_prioritized_servers_and_updates_both(tmp_pa
 
 
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+def test_the_learner_refuses_servers_that_sample_differently():
+    from scripts_test_helpers import cartpole_trajectory_spec
+
+    import tfbuffers
+
+    spec = cartpole_trajectory_spec()
+    with (
+        tfbuffers.ReverbReplayBuffer(spec, 2) as uniform,
+        tfbuffers.ReverbReplayBuffer(spec, 2, sampler="prioritized") as prioritized,
+    ):
+        addresses = [uniform.server_address, prioritized.server_address]
+        samplers = {addresses[0]: "uniform", addresses[1]: "prioritized"}
+        expected = f"replay_server: expected servers that sample alike, got {samplers}"
+        with pytest.raises(ValueError) as raised:
+            train_dqn._connect(addresses, spec)
+        assert str(raised.value) == expected
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
 def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_path, capsys):
     from scripts_test_helpers import cartpole_trajectory_spec
 
@@ -511,5 +530,24 @@ def test_the_benchmark_refuses_unknown_systems(capsys):
 def test_the_benchmark_refuses_bad_actor_options(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
         benchmark.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("collect", ["--replay-server", "h:1"], "dm-reverb cannot be imported here"),
+        ("train_dqn", ["--replay-server", "h:1"], "argument --replay-server: dm-reverb cannot be imported here"),
+    ],
+)
+def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, module, argv, message):
+    script = {"collect": collect, "train_dqn": train_dqn}[module]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "reverb" else real(name, *args)
+    )
+    with pytest.raises(SystemExit) as exited:
+        script.parse_args(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err

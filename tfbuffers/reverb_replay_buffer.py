@@ -183,6 +183,9 @@ class ReverbReplayBuffer(ReplayBuffer):
         Raises:
           ImportError: If dm-reverb cannot be imported.
           TypeError, ValueError: If an argument has the wrong type or is out of range.
+          ValueError: With an `address`, if the server has no table `table_name`, or
+            its table stores other items (spec, `sequence_length`) or samples otherwise
+            (`sampler`): said naming both sides, before anything is written.
         """
         reverb = _import_reverb()
         sequence_length = positive_int("sequence_length", sequence_length)
