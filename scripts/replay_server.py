@@ -6,6 +6,11 @@ spec in --spec-file, FIFO
 removal beyond --capacity items, uniform or prioritized sampling). Processes
 reach it with `tfbuffers.ReverbReplayBuffer(spec, ..., address="HOST:PORT")`.
 
+With --samples-per-insert, actors and learners are paced to about that many
+samples per item once the table holds --min-size-to-sample items (Reverb's
+SampleToInsertRatio): actors wait for a slow learner and the learner for slow
+actors.
+
 With --checkpoint-dir the server restores the newest checkpoint there when it
 starts, checkpoints every --checkpoint-interval seconds, and once more when it
 gets SIGTERM or SIGINT, then exits.
@@ -44,7 +49,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 from tfbuffers.envs import load_gymnasium  # noqa: E402
-from tfbuffers.reverb_replay_buffer import SAMPLERS, make_table  # noqa: E402
+from tfbuffers.reverb_replay_buffer import SAMPLERS, make_rate_limiter, make_table  # noqa: E402
 
 NO_AUTHENTICATION = (
     "NO AUTHENTICATION: Reverb serves gRPC on every network interface; anyone who can reach port {port} can read, "
@@ -79,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sequence-length", type=_common.positive_int, default=2, help="frames per item")
     parser.add_argument("--sampler", choices=SAMPLERS, default="uniform", help="how items are drawn")
     parser.add_argument("--table-name", default="tfbuffers", type=_common.plain_name, help="the table's name")
+    parser.add_argument(
+        "--min-size-to-sample", type=_common.positive_int, default=1, help="items the table holds before sampling"
+    )
+    parser.add_argument(
+        "--samples-per-insert",
+        type=_common.positive_float,
+        default=None,
+        help="pace actors and learners to about this many samples per item (Reverb's SampleToInsertRatio; "
+        "default: no pacing, Reverb's MinSize)",
+    )
     parser.add_argument("--checkpoint-dir", default=None, help="restore from and checkpoint to this directory")
     parser.add_argument(
         "--checkpoint-interval",
@@ -94,7 +109,10 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     import reverb
 
     spec = spec_from_file(args.spec_file) if args.spec_file else trajectory_spec(args.env)
-    table = make_table(spec, args.sequence_length, args.table_name, args.capacity, args.sampler)
+    rate_limiter = make_rate_limiter(args.min_size_to_sample, args.samples_per_insert)
+    table = make_table(
+        spec, args.sequence_length, args.table_name, args.capacity, args.sampler, rate_limiter=rate_limiter
+    )
     checkpointer = None
     if args.checkpoint_dir is not None:
         pathlib.Path(args.checkpoint_dir).mkdir(parents=True, exist_ok=True)

@@ -119,3 +119,23 @@ def test_a_server_started_from_a_spec_file_serves_buffers_of_that_spec(tmp_path)
             tfbuffers.ReverbReplayBuffer(spec, 2, address=f"localhost:{port}")
     finally:
         stop(server)
+
+
+def test_the_server_paces_actors_and_learners_when_asked(tmp_path):
+    import reverb
+
+    port = free_port()
+    server, _ = start(port, tmp_path / "replay", "--min-size-to-sample", 10, "--samples-per-insert", 2.5)
+    try:
+        limiter = reverb.Client(f"localhost:{port}").server_info()["tfbuffers"].rate_limiter_info
+        assert (limiter.samples_per_insert, limiter.min_size_to_sample) == (2.5, 10)
+        assert (limiter.min_diff, limiter.max_diff) == (25.0 - 2.5, 25.0 + 2.5)  # error_buffer: max(10% of 25, 2.5)
+    finally:
+        stop(server)
+    server, _ = start(port, tmp_path / "default")
+    try:  # without the flags: Reverb's MinSize(1), no pacing
+        limiter = reverb.Client(f"localhost:{port}").server_info()["tfbuffers"].rate_limiter_info
+        assert (limiter.samples_per_insert, limiter.min_size_to_sample) == (1.0, 1)
+        assert limiter.max_diff == np.finfo(np.float64).max
+    finally:
+        stop(server)

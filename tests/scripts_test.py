@@ -105,6 +105,8 @@ collect = load_script("collect")
                 "--sequence-length",
                 "--sampler",
                 "--table-name",
+                "--min-size-to-sample",
+                "--samples-per-insert",
                 "--checkpoint-dir",
                 "--checkpoint-interval",
             },
@@ -549,5 +551,20 @@ def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, modu
     )
     with pytest.raises(SystemExit) as exited:
         script.parse_args(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--samples-per-insert", "0"], "argument --samples-per-insert: expected a positive number, got 0.0"),
+        (["--samples-per-insert", "nan"], "argument --samples-per-insert: expected a positive number, got nan"),
+        (["--min-size-to-sample", "0"], "argument --min-size-to-sample: expected a positive int, got 0"),
+    ],
+)
+def test_the_server_refuses_bad_pacing(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        replay_server.main(["--port", "1", *argv])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err

@@ -196,7 +196,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         if sampler not in SAMPLERS:
             raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
         priority_exponent = prioritized.check_exponent(priority_exponent)
-        rate_limiter = _rate_limiter(reverb, min_size_to_sample, samples_per_insert, error_buffer)
+        rate_limiter = make_rate_limiter(min_size_to_sample, samples_per_insert, error_buffer)
         if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
             raise ValueError(
                 "checkpoint_dir, fallback_checkpoint: only for the embedded server (address=None); "
@@ -628,8 +628,13 @@ def _describe(nest: Any) -> str:
     return "{" + ", ".join(f"{path}: {spec.dtype.name}{spec.shape.as_list()}" for path, spec in fields) + "}"
 
 
-def _rate_limiter(reverb: Any, min_size: int, samples_per_insert: Any, error_buffer: Any) -> Any:
-    """Reverb's `MinSize`, or `SampleToInsertRatio` when `samples_per_insert` is given (arguments checked)."""
+def make_rate_limiter(min_size: int, samples_per_insert: Any = None, error_buffer: Any = None) -> Any:
+    """Reverb's `MinSize`, or `SampleToInsertRatio` when `samples_per_insert` is given (arguments checked).
+
+    The rate limiter of `ReverbReplayBuffer(min_size_to_sample=, samples_per_insert=, error_buffer=)`,
+    for `make_table` and servers started apart from a buffer.
+    """
+    reverb = _import_reverb()
     if samples_per_insert is None:
         return reverb.rate_limiters.MinSize(min_size)
     if isinstance(samples_per_insert, bool) or not isinstance(samples_per_insert, int | float):
