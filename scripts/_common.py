@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import re
 import time
@@ -29,6 +30,7 @@ BUFFERS = {
 PRIORITIZED = ("tf_prioritized", "py_prioritized")
 FILE = "buffer.safetensors"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ADDRESS = re.compile(r"[^\s:,]+:\d+")  # HOST:PORT of a replay server
 
 
 def _int_at_least(minimum: int, expected: str) -> Callable[[str], int]:
@@ -78,6 +80,15 @@ def layer_sizes(parser: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
         return tuple(positive_int(size) for size in text.split(","))
     except argparse.ArgumentTypeError as error:
         parser.error(f"argument --fc-layers: {error} (sizes separated by commas, e.g. 100,50)")
+
+
+def config_values(parser: argparse.ArgumentParser, args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """The parsed flags that are fields of the dataclass `config`, --fc-layers as sizes, --no-progress as progress."""
+    fields = {field.name for field in dataclasses.fields(config)}
+    values = {key: value for key, value in vars(args).items() if key in fields}
+    values["fc_layers"] = layer_sizes(parser, args.fc_layers)
+    values["progress"] = not args.no_progress
+    return values
 
 
 def plain_name(text: str) -> str:

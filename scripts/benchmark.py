@@ -1040,12 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
     repetitions = args.repetitions or (2 if args.quick else 5)
     actors_text = args.actors or ("1" if args.quick else "1,2,4")
     try:
-        actor_counts = [int(count) for count in actors_text.split(",") if int(count) > 0]
-        if any(int(count) < 0 for count in actors_text.split(",")):
-            raise ValueError
+        counts = [int(count) for count in actors_text.split(",")]
     except ValueError:
+        counts = [-1]
+    if min(counts) < 0:
         parser.error(f"argument --actors: expected process counts separated by commas, e.g. 1,2,4, got {actors_text!r}")
-    actor_seconds = args.actor_seconds or (2.0 if args.quick else 10.0)
+    actor_counts = [count for count in counts if count > 0]
+    actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 10.0)
     if not 0 < actor_seconds < float("inf"):
         parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
     output_dir = pathlib.Path(args.output_dir)

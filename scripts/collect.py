@@ -27,7 +27,6 @@ import dataclasses
 import importlib.util
 import os
 import pathlib
-import re
 import signal
 import sys
 import threading
@@ -240,12 +239,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     """The command line as a `Config`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"[^\s:,]+:\d+", args.replay_server):
+    if not _common.ADDRESS.fullmatch(args.replay_server):
         parser.error(f"argument --replay-server: expected HOST:PORT, got {args.replay_server!r}")
-    fields = {field.name for field in dataclasses.fields(Config)}
-    values = {key: value for key, value in vars(args).items() if key in fields}
-    values["fc_layers"] = _common.layer_sizes(parser, args.fc_layers)
-    values["progress"] = not args.no_progress
+    values = _common.config_values(parser, args, Config)
     if importlib.util.find_spec("reverb") is None:  # the arguments are checked first, on every stack
         parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
     return Config(**values)

@@ -31,7 +31,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import re
 import sys
 import time
 from typing import Any
@@ -406,17 +405,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
     """The command line as a `Config`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    fields = {field.name for field in dataclasses.fields(Config)}
-    values = {key: value for key, value in vars(args).items() if key in fields}
-    values["fc_layers"] = _common.layer_sizes(parser, args.fc_layers)
+    values = _common.config_values(parser, args, Config)
     if not args.learning_rate > 0:
         parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
-    values["progress"] = not args.no_progress
     if args.replay_server:
         if args.starter_buffer:
             parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")
         for address in args.replay_server.split(","):
-            if not re.fullmatch(r"[^\s:,]+:\d+", address):
+            if not _common.ADDRESS.fullmatch(address):
                 parser.error(f"argument --replay-server: expected HOST:PORT[,HOST:PORT...], got {address!r}")
         if importlib.util.find_spec("reverb") is None:
             parser.error("argument --replay-server: dm-reverb cannot be imported here (pinned stack, Python 3.11)")

@@ -525,13 +525,14 @@ def two_shards():
         (lambda a, b: [a, b], {"weights": [1.0]}, r"weights: expected 2 finite numbers > 0, got \[1.0\]"),
         (lambda a, b: [a, b], {"weights": [1.0, 0.0]}, r"weights: expected 2 finite numbers > 0, got \[1.0, 0.0\]"),
         (lambda a, b: [a, b], {"weights": [1.0, np.nan]}, "weights: expected 2 finite numbers > 0"),
+        (lambda a, b: [a, b], {"sample_batch_size": 0}, "sample_batch_size: expected a positive int, got int 0"),
     ],
 )
 def test_sharded_dataset_refuses_bad_shards_and_weights(two_shards, make_shards, kwargs, message):
     import tfbuffers
 
     with pytest.raises(ValueError, match=message):
-        tfbuffers.sharded_dataset(make_shards(*two_shards), 4, **kwargs)
+        tfbuffers.sharded_dataset(make_shards(*two_shards), **{"sample_batch_size": 4, **kwargs})
 
 
 def test_sharded_dataset_refuses_shards_of_other_specs(two_shards):

@@ -32,6 +32,14 @@ replay_server = load_script("replay_server")
 collect = load_script("collect")
 
 
+def assert_refused(capsys, parse, argv, message):
+    """`parse(argv)` exits with status 2 and says `message` on stderr (argparse's way)."""
+    with pytest.raises(SystemExit) as exited:
+        parse(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("script", "flags"),
     [
@@ -366,20 +374,16 @@ def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer,
     ],
 )
 def test_populate_refuses_bad_numbers(tmp_path, capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        populate_starter_buffer.main(["--buffer-name", "b", "--output-dir", str(tmp_path), *argv])
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    argv = ["--buffer-name", "b", "--output-dir", str(tmp_path), *argv]
+    assert_refused(capsys, populate_starter_buffer.main, argv, message)
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "/tmp/x", ".hidden", ""])
 def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsys, name):
     output = tmp_path / "out"
-    with pytest.raises(SystemExit) as exited:
-        populate_starter_buffer.main(["--buffer-name", name, "--output-dir", str(output), "--num-runs", "1"])
-    assert exited.value.code == 2
-    assert "argument --buffer-name: expected a plain name" in capsys.readouterr().err
+    argv = ["--buffer-name", name, "--output-dir", str(output), "--num-runs", "1"]
+    assert_refused(capsys, populate_starter_buffer.main, argv, "argument --buffer-name: expected a plain name")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -394,10 +398,7 @@ def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsy
     ],
 )
 def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        train_dqn.parse_args(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, train_dqn.parse_args, argv, message)
 
 
 @pytest.mark.parametrize(
@@ -413,10 +414,7 @@ def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
     ],
 )
 def test_train_dqn_refuses_bad_replay_server_arguments(capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        train_dqn.parse_args(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, train_dqn.parse_args, argv, message)
 
 
 @pytest.mark.parametrize(
@@ -435,10 +433,7 @@ def test_train_dqn_refuses_bad_replay_server_arguments(capsys, argv, message):
     ],
 )
 def test_collect_refuses_bad_arguments(capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        collect.parse_args(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, collect.parse_args, argv, message)
 
 
 def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_not_one(tmp_path, capsys):
@@ -459,16 +454,10 @@ def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_no
         ]
     (tmp_path / "bad.pbtxt").write_text("not a spec")
     for path in (tmp_path / "bad.pbtxt", tmp_path / "missing.pbtxt"):
-        with pytest.raises(SystemExit) as exited:
-            replay_server.main(["--port", "1", "--spec-file", str(path)])
-        assert exited.value.code == 2
-        assert (
-            f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {str(path)!r}"
-            in capsys.readouterr().err
-        )
-    with pytest.raises(SystemExit):
-        replay_server.main(["--port", "1", "--spec-file", "x", "--env", "CartPole-v1"])
-    assert "not allowed with argument" in capsys.readouterr().err
+        message = f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {str(path)!r}"
+        assert_refused(capsys, replay_server.main, ["--port", "1", "--spec-file", str(path)], message)
+    argv = ["--port", "1", "--spec-file", "x", "--env", "CartPole-v1"]
+    assert_refused(capsys, replay_server.main, argv, "not allowed with argument")
 
 
 @pytest.mark.parametrize(
@@ -515,10 +504,8 @@ def test_the_benchmark_leaves_out_what_cannot_be_imported_and_says_why(monkeypat
 
 
 def test_the_benchmark_refuses_unknown_systems(capsys):
-    with pytest.raises(SystemExit) as exited:
-        benchmark.main(["--systems", "tfbuffers py,fastest buffer"])
-    assert exited.value.code == 2
-    assert "argument --systems: expected names among tfbuffers TF, TF-Agents TF" in capsys.readouterr().err
+    message = "argument --systems: expected names among tfbuffers TF, TF-Agents TF"
+    assert_refused(capsys, benchmark.main, ["--systems", "tfbuffers py,fastest buffer"], message)
 
 
 @pytest.mark.parametrize(
@@ -527,13 +514,11 @@ def test_the_benchmark_refuses_unknown_systems(capsys):
         (["--actors", "1,x"], "argument --actors: expected process counts separated by commas, e.g. 1,2,4, got '1,x'"),
         (["--actors", "-1"], "argument --actors: expected process counts separated by commas, e.g. 1,2,4, got '-1'"),
         (["--actor-seconds", "-2"], "argument --actor-seconds: expected a positive number, got -2.0"),
+        (["--actor-seconds", "0"], "argument --actor-seconds: expected a positive number, got 0.0"),
     ],
 )
 def test_the_benchmark_refuses_bad_actor_options(capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        benchmark.main(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, benchmark.main, argv, message)
 
 
 @pytest.mark.parametrize(
@@ -549,10 +534,7 @@ def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, modu
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *args: None if name == "reverb" else real(name, *args)
     )
-    with pytest.raises(SystemExit) as exited:
-        script.parse_args(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, script.parse_args, argv, message)
 
 
 @pytest.mark.parametrize(
@@ -564,7 +546,4 @@ def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, modu
     ],
 )
 def test_the_server_refuses_bad_pacing(capsys, argv, message):
-    with pytest.raises(SystemExit) as exited:
-        replay_server.main(["--port", "1", *argv])
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(capsys, replay_server.main, ["--port", "1", *argv], message)

@@ -588,6 +588,7 @@ def sharded_dataset(
     Raises:
       ValueError: If there are no buffers, their specs differ, or the weights do not fit.
     """
+    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     buffers = list(buffers)
     if not buffers or not all(isinstance(buffer, ReverbReplayBuffer) for buffer in buffers):
         raise ValueError(f"buffers: expected one or more ReverbReplayBuffer, got {buffers!r}")
@@ -610,7 +611,7 @@ def sharded_dataset(
         for buffer, share in zip(buffers, shares)
     ]
     mixed = tf.data.Dataset.sample_from_datasets(shards, weights=shares.tolist(), seed=seed)
-    return mixed.batch(positive_int("sample_batch_size", sample_batch_size), drop_remainder=True)
+    return mixed.batch(sample_batch_size, drop_remainder=True)
 
 
 def table_signature(data_spec: Any, sequence_length: int) -> Any:
