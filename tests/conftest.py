@@ -99,6 +99,18 @@ class FunctionWrapped:
     def clear(self) -> None:
         self._clear()
 
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample_all(self) -> Any:
+        return tf.function(self.buffer.sample_all)()
+
+    def get_item(self, index: int) -> Any:
+        return tf.function(self.buffer.get_item)(tf.constant(index, tf.int64))
+
+    def sample_by_index(self, indices: Any, fields: Any = None) -> Any:
+        return tf.function(lambda i: self.buffer.sample_by_index(i, fields))(tf.constant(indices, tf.int64))
+
 
 @dataclasses.dataclass(frozen=True)
 class BufferKind:

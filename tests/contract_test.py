@@ -488,3 +488,161 @@ def test_size_and_len_count_stored_frames(kind):
     assert underlying(buffer).size == len(underlying(buffer)) == 0
     fill(buffer, 7)
     assert underlying(buffer).size == len(underlying(buffer)) == 15
+
+
+# Conveniences (issue 15): sizes, random access by index, shuffled epochs, construction from a config.
+
+
+def test_len_size_and_full(kind):
+    buffer = make_buffer(kind)
+    assert (len(buffer), buffer.size, buffer.full) == (0, 0, False)
+    fill(buffer, 4)
+    assert (len(buffer), buffer.size, buffer.full) == (12, 12, False)
+    fill(buffer, 1, start=4)
+    assert (len(buffer), buffer.size, buffer.full) == (15, 15, True)
+    fill(buffer, 3, start=5)  # wrapped
+    assert (len(buffer), buffer.size, buffer.full) == (15, 15, True)
+
+
+def test_sample_all_and_indices_are_oldest_first_by_id(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 7)  # wrapped: adds 2..6 of 3 segments
+    expected = stored_codes(3, 2, 6).T.ravel()  # add-major: add 2 of segments 0, 1, 2, then add 3, ...
+    everything = to_numpy(buffer.sample_all())
+    np.testing.assert_array_equal(assert_whole(everything), expected)
+    assert everything["observation"]["pixels"].shape == (15, 2, 2)
+    assert to_numpy(buffer.get_item(0))["step"] == expected[0]
+    assert to_numpy(buffer.get_item(-1))["step"] == expected[-1]
+    assert to_numpy(buffer.get_item(4))["observation"]["pixels"].shape == (2, 2)
+    picked = to_numpy(buffer.sample_by_index([[0, 14], [-15, 7]]))
+    np.testing.assert_array_equal(assert_whole(picked), [[expected[0], expected[14]], [expected[0], expected[7]]])
+    some = to_numpy(buffer.sample_by_index([3, 1], fields=["step", "observation/pixels"]))
+    assert list(some) == ["step", "observation/pixels"]
+    np.testing.assert_array_equal(some["step"], expected[[3, 1]])
+    np.testing.assert_array_equal(some["observation/pixels"], frames(expected[[3, 1]])["observation"]["pixels"])
+
+
+def test_an_index_out_of_range_is_refused_and_the_buffer_works_on(kind):
+    buffer = make_buffer(kind, batch_size=2, max_length=3)
+    fill(buffer, 2)
+    eager = kind.endswith("eager")
+    for indices, value, position in (([0, 4], 4, 1), ([-5], -5, 0)):
+        if eager:
+            with pytest.raises(IndexError) as raised:
+                buffer.sample_by_index(indices)
+            assert str(raised.value) == (
+                f"indices: expected values in [-4, 4) (4 frames stored), got {value} at position {position}"
+            )
+        else:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices: expected values in \[-"):
+                buffer.sample_by_index(indices)
+    with pytest.raises(ValueError) as raised:
+        underlying(buffer).sample_by_index([0], fields=["nope"])
+    assert str(raised.value) == (
+        "fields: expected paths among ['action', 'observation/pixels', 'observation/position', 'step'], got ['nope']"
+    )
+    with pytest.raises(TypeError, match="indices: expected integers, got dtype float"):
+        underlying(buffer).sample_by_index([0.5])
+    # Nothing changed; the next add, sample, gather_all and clear work.
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], stored_codes(2, 0, 1))
+    buffer.add_batch(batch(2, 2))
+    assert_whole(buffer.get_next(sample_batch_size=4, num_steps=2)[0])
+    np.testing.assert_array_equal(to_numpy(buffer.sample_all())["step"], stored_codes(2, 0, 2).T.ravel())
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+    with pytest.raises(IndexError if eager else tf.errors.InvalidArgumentError):
+        buffer.get_item(0)
+
+
+@pytest.mark.parametrize(("num_steps", "sample_batch_size"), [(None, 4), (2, 3), (4, 2)])
+def test_an_epoch_visits_every_window_once_in_random_order(kind, num_steps, sample_batch_size):
+    buffer = underlying(make_buffer(kind))
+    fill(buffer, 8)  # wrapped: adds 3..7 in 3 segments
+    steps = num_steps or 1
+    windows = sorted(
+        tuple(code(segment, start + np.arange(steps))) for segment in range(3) for start in range(3, 8 - steps + 1)
+    )
+    orders = []
+    for seed in (5, 5, None, None):  # four iterations: four epochs
+        seen, sizes = [], []
+        for items, info in buffer.epoch_dataset(sample_batch_size, num_steps, seed=seed):
+            codes = assert_whole(items)
+            codes = codes if num_steps else codes[:, None]
+            assert codes.shape[1:] == (steps,) and info.probabilities == ()
+            np.testing.assert_array_equal(
+                to_numpy(info.ids).reshape(codes.shape) % 3, codes // 1000
+            )  # ids name the frames: segment = id % batch_size
+            seen.extend(tuple(window) for window in codes)
+            sizes.append(len(codes))
+        assert sorted(seen) == windows
+        full, remainder = divmod(len(windows), sample_batch_size)
+        assert sizes == [sample_batch_size] * full + ([remainder] if remainder else [])
+        assert buffer.full_batches_per_epoch(sample_batch_size, num_steps) == full
+        orders.append(seen)
+    assert orders[0] == orders[1] != windows  # a seed repeats its order, shuffled
+    assert orders[2] != orders[3]  # without one, each epoch draws a new order
+    dropped = list(buffer.epoch_dataset(sample_batch_size, num_steps, drop_remainder=True))
+    assert [len(to_numpy(info.ids)) for _, info in dropped] == [sample_batch_size] * full
+
+
+def test_an_epoch_of_an_empty_buffer_is_empty_and_arguments_are_checked(kind):
+    buffer = underlying(make_buffer(kind))
+    assert list(buffer.epoch_dataset(4)) == []
+    assert buffer.full_batches_per_epoch(4) == 0
+    with pytest.raises(ValueError, match="num_steps: expected at most max_length=5, got 6"):
+        buffer.epoch_dataset(4, 6)
+    with pytest.raises(ValueError, match="sample_batch_size: expected a positive int, got int 0"):
+        buffer.full_batches_per_epoch(0)
+    with pytest.raises(TypeError, match="drop_remainder: expected a bool, got int 1"):
+        buffer.epoch_dataset(4, drop_remainder=1)
+
+
+def test_construction_from_a_config(kind):
+    cls = type(underlying(make_buffer(kind)))
+    config = {
+        "capacity": 12,
+        "batch_size": 3,
+        "names": ["obs", "action"],
+        "shapes": [[4], []],
+        "dtypes": ["float32", "int64"],
+    }
+    buffer = cls.from_config(config)
+    assert (buffer.batch_size, buffer.max_length, buffer.capacity) == (3, 4, 12)
+    assert buffer.data_spec == {
+        "obs": tf.TensorSpec([4], tf.float32, "obs"),
+        "action": tf.TensorSpec([], tf.int64, "action"),
+    }
+    buffer.add_batch({"obs": np.ones([3, 4], np.float32), "action": np.arange(3)})
+    assert to_numpy(buffer.sample_all())["action"].tolist() == [0, 1, 2]
+    same = tfbuffers.from_config(dict(config, buffer=cls.__name__, max_length=4))
+    assert type(same) is cls and same.capacity == 12
+    for bad, error, message in (
+        (dict(config, capacity=10), ValueError, "config: expected capacity (a multiple of batch_size=3) or max_length"),
+        (
+            dict(config, dtypes=["float32", "string"]),
+            ValueError,
+            "action: expected a numeric or bool dtype, got string",
+        ),
+        (
+            dict(config, shapes=[[4]]),
+            ValueError,
+            "config: names/shapes/dtypes: expected lists of one length, got 2 names, 1 shapes",
+        ),
+        (dict(config, names=["a", "a"]), ValueError, "config: names: expected distinct non-empty strings without '/'"),
+        (
+            dict(config, dtypes=["float32", "nope"]),
+            ValueError,
+            "config: dtypes (action): expected a dtype name, got 'nope'",
+        ),
+        (dict(config, colour="red"), TypeError, "config: unexpected key(s) ['colour']; " + cls.__name__ + " takes"),
+        (
+            {k: v for k, v in config.items() if k != "names"},
+            TypeError,
+            "config: names: expected a non-empty list, got None",
+        ),
+    ):
+        with pytest.raises(error) as raised:
+            cls.from_config(bad)
+        assert str(raised.value).startswith(message), str(raised.value)
+    with pytest.raises(ValueError, match=r"config: buffer: expected one of \['PyPrioritizedReplayBuffer'"):
+        tfbuffers.from_config(config)

@@ -5,6 +5,10 @@ keep every sampled window inside one environment's segment, and share one API
 across an in-graph buffer and a numpy buffer.
 """
 
+import os
+from collections.abc import Mapping
+from typing import Any
+
 from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.prioritized import importance_weights
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
@@ -14,6 +18,45 @@ from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer, sharded_dataset
 from tfbuffers.state import BufferState
 from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
+
+
+def load(path: str | os.PathLike, **overrides: Any) -> Any:
+    """The buffer a file holds, of the class it was saved from (`buffer.save(path)`; see `tfbuffers.files`).
+
+    `overrides` go to the constructor: `max_length=` another size (a shorter one
+    keeps the newest frames), `seed=`, `device=`, ... `<BufferClass>.load(path)`
+    picks the class instead. Needs the `files` extra.
+
+    Raises:
+      FileNotFoundError: If there is no file at `path`.
+      ValueError: If the file is not a buffer file or is damaged (truncated,
+        corrupted, changed, or written by a newer tfbuffers).
+    """
+    from tfbuffers import files
+
+    return files.load_buffer(path, None, **overrides)
+
+
+def from_config(config: Mapping[str, Any]) -> Any:
+    """A buffer from a plain dict: `config["buffer"]` names the class, the rest is its `from_config`'s.
+
+    >>> buffer = from_config({"buffer": "PyUniformReplayBuffer", "capacity": 100, "names": ["obs"],
+    ...                       "shapes": [[4]], "dtypes": ["float32"]})
+    >>> buffer.capacity, buffer.data_spec["obs"].shape.as_list()
+    (100, [4])
+
+    Raises:
+      TypeError, ValueError: Naming the key, what was expected and what was received.
+    """
+    classes = {kind.__name__: kind for kind in _LOCAL_CLASSES}
+    rest = dict(config)
+    name = rest.pop("buffer", None)
+    if name not in classes:
+        raise ValueError(f"config: buffer: expected one of {sorted(classes)}, got {name!r}")
+    return classes[name].from_config(rest)  # type: ignore[attr-defined]
+
+
+_LOCAL_CLASSES = (TFUniformReplayBuffer, PyUniformReplayBuffer, TFPrioritizedReplayBuffer, PyPrioritizedReplayBuffer)
 
 __all__ = [
     "BufferInfo",
@@ -25,7 +68,9 @@ __all__ = [
     "ReverbReplayBuffer",
     "TFPrioritizedReplayBuffer",
     "TFUniformReplayBuffer",
+    "from_config",
     "importance_weights",
+    "load",
     "sharded_dataset",
 ]
 

@@ -27,6 +27,7 @@ class NumpyTable:
         for array, leaf in zip(self.arrays, leaves):
             array[first_row : first_row + len(leaf)] = leaf
 
-    def read(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Gathers `rows` (any shape) from every field: one gather per field."""
-        return [np.take(array, rows, axis=0) for array in self.arrays]
+    def read(self, rows: np.ndarray, fields: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Gathers `rows` (any shape) from every field (or those numbered in `fields`): one gather per field."""
+        arrays = self.arrays if fields is None else [self.arrays[i] for i in fields]
+        return [np.take(array, rows, axis=0) for array in arrays]

@@ -11,17 +11,37 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _ring, _sampling
+from tfbuffers import _deterministic, _ring, _sampling, specs
 from tfbuffers import state as state_lib
-from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, optional_positive_int, positive_int
+from tfbuffers.replay_buffer import (
+    BufferInfo,
+    ReplayBuffer,
+    _not_converted,
+    optional_positive_int,
+    positive_int,
+)
 
 NOT_A_BOOL = "{name}: expected a bool, got {received}"
 ADDED = "added"
+INDEX_OUT_OF_RANGE = (
+    "indices: expected values in [-{frames}, {frames}) ({frames} frames stored), got {value} at position {position}"
+)
+GRAPH_INDEX_OUT_OF_RANGE = "indices: expected values in [-frames, frames); (value, position, frames stored):"
+UNKNOWN_FIELDS = "fields: expected paths among {expected}, got {received}"
+NOT_AN_INTEGER_INDEX = "indices: expected integers, got dtype {received}"
+CONFIG_UNKNOWN = "config: unexpected key(s) {unexpected}; {buffer} takes {expected}"
+CONFIG_SIZE = "config: expected capacity (a multiple of batch_size={batch_size}) or max_length, got {received}"
+_FROM_FILE_OR_CONFIG = ("data_spec", "capacity", "batch_size", "max_length")
+
+Buffer = TypeVar("Buffer", bound="SegmentedReplayBuffer")
 
 
 class SegmentedReplayBuffer(ReplayBuffer):
@@ -144,6 +164,251 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
         """Raises a ValueError if the extras' values (shapes and dtypes already checked) are invalid."""
 
+    # Files.
+
+    def save(
+        self, path: str | os.PathLike, metadata: dict[str, Any] | None = None, *, progress: bool | None = None
+    ) -> Any:
+        """Saves the stored frames to one file, atomically; returns its `pathlib.Path`.
+
+        The file holds the data spec, batch size, `max_length`, this class and its
+        options, so `tfbuffers.load(path)` or `<BufferClass>.load(path)` rebuilds the
+        buffer from it alone. See `tfbuffers.files` (needs the `files` extra).
+
+        Args:
+          path: The file to write.
+          metadata: A JSON-serialisable dict kept in the file's header.
+          progress: Show a progress bar: None once the save takes 2 s, True always, False never.
+        """
+        from tfbuffers import files
+
+        return files.save(self, path, metadata, progress=progress)
+
+    @classmethod
+    def load(cls: type[Buffer], path: str | os.PathLike, **overrides: Any) -> Buffer:
+        """A new buffer of this class holding a file's frames (saved from any local buffer class).
+
+        Built with the file's data spec, batch size, `max_length` and options (those
+        this class takes), then `overrides`: `max_length=` a different size (a
+        shorter one keeps the newest frames), `seed=`, `device=`, ... Every byte is
+        verified; see `tfbuffers.files`.
+
+        Raises:
+          FileNotFoundError: If there is no file at `path`.
+          ValueError: If the file is not a buffer file, is damaged, or holds
+            priorities and this class is uniform.
+        """
+        from tfbuffers import files
+
+        return files.load_buffer(path, cls, **overrides)
+
+    @classmethod
+    def from_config(cls: type[Buffer], config: Mapping[str, Any]) -> Buffer:
+        """A buffer from a plain dict, as MindSpore's configs make them.
+
+        >>> config = {"capacity": 1000, "batch_size": 2, "names": ["obs", "action"],
+        ...           "shapes": [[4], []], "dtypes": ["float32", "int64"], "seed": 0}
+
+        `names`, `shapes` and `dtypes` are parallel lists, one entry per field of a
+        dict data spec; `capacity` (a multiple of `batch_size`, default 1) or
+        `max_length` gives the size; every other key is a constructor argument
+        (`seed`, `priority_exponent`, `device`, ...).
+
+        Raises:
+          TypeError, ValueError: Naming the key, what was expected and what was received.
+        """
+        config = dict(config)
+        data_spec = specs.spec_from_config(config)
+        for key in ("names", "shapes", "dtypes"):
+            config.pop(key)
+        batch_size = positive_int("batch_size", config.pop("batch_size", 1))
+        capacity = optional_positive_int("capacity", config.pop("capacity", None))
+        max_length = optional_positive_int("max_length", config.pop("max_length", None))
+        if max_length is None:
+            if capacity is None or capacity % batch_size:
+                received = f"capacity {capacity!r}, max_length {max_length!r}"
+                raise ValueError(CONFIG_SIZE.format(batch_size=batch_size, received=received))
+            max_length = capacity // batch_size
+        elif capacity is not None and capacity != batch_size * max_length:
+            received = f"capacity {capacity} with batch_size {batch_size} and max_length {max_length}"
+            raise ValueError(CONFIG_SIZE.format(batch_size=batch_size, received=received))
+        accepted = [
+            name for name in inspect.signature(cls.__init__).parameters if name not in ("self", *_FROM_FILE_OR_CONFIG)
+        ]
+        unexpected = sorted(set(config) - set(accepted))
+        if unexpected:
+            raise TypeError(CONFIG_UNKNOWN.format(unexpected=unexpected, buffer=cls.__name__, expected=accepted))
+        return cls(data_spec, batch_size=batch_size, max_length=max_length, **config)
+
+    def _file_options(self) -> dict[str, Any]:
+        """The constructor's arguments this buffer keeps (as `_<name>`), for its files: JSON values."""
+        parameters = inspect.signature(type(self).__init__).parameters
+        names = [name for name in parameters if name not in ("self", *_FROM_FILE_OR_CONFIG)]
+        return {name: getattr(self, "_" + name) for name in names if hasattr(self, "_" + name)}
+
+    # Random access.
+
+    @property
+    def full(self) -> bool:
+        """Whether every segment holds `max_length` frames (eager only)."""
+        return self.size == self.capacity
+
+    @_not_converted
+    def sample_all(self) -> Any:
+        """Every stored frame, `[num_frames, ...]`, oldest first: by id (add number, then segment).
+
+        The frames of `gather_all()` with the segment axis flattened away; index `i`
+        here is index `i` of `get_item` and `sample_by_index`.
+        """
+        gathered = self.gather_all()
+        return tf.nest.map_structure(_time_major, gathered)
+
+    @_not_converted
+    def get_item(self, index: Any) -> Any:
+        """The stored frame at `index` of `sample_all()` (negative counts from the newest), without a batch axis.
+
+        Raises:
+          IndexError: (eagerly; `InvalidArgumentError` inside a graph) If `index` is
+            not in `[-num_frames, num_frames)`.
+        """
+        items = self.sample_by_index(tf.reshape(index, [1]) if tf.is_tensor(index) else [index])
+        return tf.nest.map_structure(lambda x: x[0], items)
+
+    @_not_converted
+    def sample_by_index(self, indices: Any, fields: Sequence[str] | None = None) -> Any:
+        """The stored frames at `indices` of `sample_all()`'s order, shaped `indices.shape + spec.shape`.
+
+        Args:
+          indices: Integers, any shape, each in `[-num_frames, num_frames)`
+            (negative counts from the newest frame).
+          fields: Nest paths (`"observation/pixels"`) to read, in this order; None reads all.
+
+        Returns:
+          The items as the data spec's nest, or, with `fields`, a dict from each path to its values.
+
+        Raises:
+          TypeError: If `indices` are not integers.
+          ValueError: If a path in `fields` is not a field of the data spec.
+          IndexError: (eagerly; `InvalidArgumentError` inside a graph) If an index is out of range.
+        """
+        self._check_open()
+        paths = [field.path for field in self._fields]
+        if fields is None:
+            chosen = list(range(len(paths)))
+        else:
+            unknown = [path for path in fields if path not in paths]
+            if unknown or isinstance(fields, str) or not fields:
+                raise ValueError(UNKNOWN_FIELDS.format(expected=paths, received=repr(fields)))
+            chosen = [paths.index(path) for path in fields]
+        if tf.is_tensor(indices):
+            if not indices.dtype.is_integer:
+                raise TypeError(NOT_AN_INTEGER_INDEX.format(received=indices.dtype.name))
+        else:
+            indices = np.asarray(indices)
+            if indices.dtype.kind not in "iu":
+                raise TypeError(NOT_AN_INTEGER_INDEX.format(received=indices.dtype))
+            indices = indices.astype(np.int64)
+        leaves = self._gather_indices(indices, chosen)
+        if fields is None:
+            return self._pack(leaves)
+        return dict(zip(fields, leaves))
+
+    def _checked_ids(self, ops: _ring.Ops, indices: Any, added: Any) -> Any:
+        """The ids of `sample_all()` indices, numpy (raising IndexError) or tensors (with an assertion)."""
+        frames = _ring.frames_per_segment(ops, added, self._max_length) * self._batch_size
+        first = _ring.oldest_add(ops, added, self._max_length) * self._batch_size
+        if ops is _ring.NUMPY:
+            bad = np.flatnonzero((indices < -frames) | (indices >= frames))
+            if bad.size:
+                position = int(bad[0])
+                value = int(indices.ravel()[position])
+                raise IndexError(INDEX_OUT_OF_RANGE.format(frames=frames, value=value, position=position))
+            return first + np.where(indices < 0, indices + frames, indices)
+        indices = tf.cast(indices, tf.int64)
+        flat = tf.reshape(indices, [-1])
+        bad = (flat < -frames) | (flat >= frames)
+        position = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int64)
+        value = tf.gather(flat, position) if flat.shape[0] != 0 else tf.constant(0, tf.int64)
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(bad)), [GRAPH_INDEX_OUT_OF_RANGE, value, position, frames]
+        )
+        with tf.control_dependencies([check]):
+            return first + tf.where(indices < 0, indices + frames, indices)
+
+    # Epochs.
+
+    def full_batches_per_epoch(self, sample_batch_size: int, num_steps: int | None = None) -> int:
+        """How many full batches of `sample_batch_size` windows `epoch_dataset` yields now (eager only)."""
+        sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+        num_steps = self._check_num_steps(num_steps)
+        per_segment = self.size // self._batch_size
+        return max(per_segment - (num_steps or 1) + 1, 0) * self._batch_size // sample_batch_size
+
+    @_not_converted
+    def epoch_dataset(
+        self,
+        sample_batch_size: int,
+        num_steps: int | None = None,
+        *,
+        drop_remainder: bool = False,
+        seed: int | None = None,
+        num_parallel_calls: int | None = None,
+    ) -> tf.data.Dataset:
+        """One shuffled epoch: every stored window exactly once, in random order, in batches.
+
+        The windows are those `get_next(num_steps=num_steps)` can draw (one segment,
+        consecutive frames), all of them, as the buffer holds them when iteration
+        starts; iterating again is a new epoch. Elements are
+        `(items, BufferInfo(ids, ()))`, `[sample_batch_size, num_steps, ...]` (no time
+        axis without `num_steps`); the last batch is smaller unless `drop_remainder`
+        (`full_batches_per_epoch` counts the full ones). Priorities are ignored. A
+        window overwritten by adds before it is read fails the iteration, as the
+        deterministic pass does: pause adds during an epoch.
+
+        Args:
+          sample_batch_size: Windows per batch.
+          num_steps: Frames per window; None for single frames.
+          drop_remainder: Leave out the last, smaller batch.
+          seed: Seed of the order: each iteration then has the same order. Without it,
+            each iteration draws a new one.
+          num_parallel_calls: As in `as_dataset`.
+        """
+        self._check_open()
+        sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+        num_steps = self._check_num_steps(num_steps)
+        if not isinstance(drop_remainder, bool):
+            raise TypeError(
+                NOT_A_BOOL.format(name="drop_remainder", received=f"{type(drop_remainder).__name__} {drop_remainder!r}")
+            )
+        steps = num_steps or 1
+        ops = _ring.TENSORFLOW
+
+        @tf.autograph.experimental.do_not_convert
+        def windows(_: tf.Tensor) -> tf.data.Dataset:
+            added = self._added_tensor()
+            count = _ring.windows_per_segment(ops, added, self._max_length, steps) * self._batch_size
+            draws = tf.range(count, dtype=tf.int64)
+            ids, _ = _ring.window_ids_and_rows(ops, draws, added, self._max_length, self._batch_size, steps)
+            return tf.data.Dataset.from_tensor_slices(ids)
+
+        @tf.autograph.experimental.do_not_convert
+        def gather(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
+            if num_steps is None:
+                ids = ids[:, 0]
+            return self._pack_for_dataset(self._gather_tensors(ids)), BufferInfo(ids, ())
+
+        # A shuffle buffer as large as the buffer's capacity holds every window: a uniform permutation. It
+        # fills as far as the windows go (8 bytes per frame and step).
+        ids = (
+            tf.data.Dataset.range(1)
+            .flat_map(windows)
+            .shuffle(self.capacity, seed=seed)
+            .batch(sample_batch_size, drop_remainder=drop_remainder)
+        )
+        dataset = ids.map(gather, num_parallel_calls=num_parallel_calls)
+        dataset._tfbuffers_source = self
+        return dataset
+
     # Datasets.
 
     def _as_dataset(
@@ -182,26 +447,51 @@ class SegmentedReplayBuffer(ReplayBuffer):
     # Storage hooks.
 
     @abc.abstractmethod
+    def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
+        """The leaves of `fields` (indices into `self.fields`) at `sample_all()` indices (checked here)."""
+
+    @abc.abstractmethod
+    def _file_source(self) -> Any:
+        """A `tfbuffers.files.FrameSource` over this buffer: its counter and extras now, its rows piecewise."""
+
+    @abc.abstractmethod
+    def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
+        """Writes storage rows from `first_row` of field number `field` (a load into a new buffer)."""
+
+    @abc.abstractmethod
     def _snapshot(self) -> tuple[int, list[Any], dict[str, np.ndarray]]:
         """(add counter, one `[capacity, *shape]` numpy array per field, extras by name): one consistent moment."""
 
     @abc.abstractmethod
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        """Replaces the contents, counter and extras by a checked snapshot's, at once for other threads."""
+        """Replaces the contents, counter and extras by a checked snapshot's, at once for other threads.
+
+        With `arrays` empty, the rows stay as they are (a load wrote them with `_write_rows`).
+        """
 
     @abc.abstractmethod
     def _added_tensor(self) -> tf.Tensor:
         """The add counter as a scalar int64 tensor (usable inside tf.data)."""
 
     @abc.abstractmethod
-    def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
-        """The leaves of the frames `ids`, as tensors shaped `ids.shape + spec.shape`."""
+    def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
+        """The leaves of the frames `ids`, as tensors shaped `ids.shape + spec.shape`.
+
+        Only those of `fields` (indices into `self.fields`) when given.
+        """
 
     @abc.abstractmethod
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""
+
+
+def _time_major(x: Any) -> Any:
+    """`[B, T, ...]` as `[T * B, ...]`, frame `t * B + b` from `x[b, t]`: ids in increasing order."""
+    if isinstance(x, np.ndarray):
+        return np.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
+    return tf.reshape(tf.transpose(x, [1, 0, *range(2, x.shape.rank)]), [-1, *x.shape[2:].as_list()])
 
 
 def _checked_array(received: Any, expected: Any, name: str, source: str, buffer: str) -> np.ndarray:

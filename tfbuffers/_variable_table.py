@@ -40,6 +40,7 @@ class VariableTable:
             for variable, leaf, leaf_rows in zip(self.variables, leaves, rows)
         ]
 
-    def read(self, rows: tf.Tensor) -> list[tf.Tensor]:
-        """Gathers `rows` (any shape) from every field."""
-        return [tf.gather(variable, rows) for variable in self.variables]
+    def read(self, rows: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
+        """Gathers `rows` (any shape) from every field (or those numbered in `fields`)."""
+        variables = self.variables if fields is None else [self.variables[i] for i in fields]
+        return [tf.gather(variable, rows) for variable in variables]

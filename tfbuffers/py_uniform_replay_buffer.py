@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._backend = _sampling.numpy_backend(self._rng)
         self._dtypes = [field.spec.dtype for field in self._fields]
         self._segments = np.arange(self._batch_size, dtype=np.int64)
+        self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
 
     def _num_frames(self) -> Any:
         if not tf.executing_eagerly():
@@ -176,12 +178,39 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
-    def _gather_arrays(self, ids: np.ndarray) -> list[np.ndarray]:
+    def _gather_arrays(self, ids: np.ndarray, fields: Sequence[int] | None = None) -> list[np.ndarray]:
         with self._lock:
             self._check_open()
             if not _ring.are_stored(_OPS, ids, self._table.added, self._max_length, self._batch_size):
                 raise ValueError(FRAMES_GONE)  # numpy_function raises it as InvalidArgumentError
-            return self._table.read(self._rows(ids))
+            return self._table.read(self._rows(ids), fields)
+
+    def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
+        if tf.is_tensor(indices) and not tf.executing_eagerly():
+            gather = functools.partial(weak_method(self._gather_indices_in_graph), fields)
+            dtypes = [self._dtypes[i] for i in fields]
+            leaves = tf.numpy_function(gather, [tf.cast(indices, tf.int64)], dtypes, stateful=True)
+            for leaf, i in zip(leaves, fields):
+                leaf.set_shape(indices.shape.concatenate(self._fields[i].spec.shape))
+            return leaves
+        indices = np.asarray(indices, np.int64)
+        with self._lock:
+            self._check_open()
+            ids = self._checked_ids(_OPS, indices, self._table.added)
+            return self._table.read(self._rows(ids), fields)
+
+    def _gather_indices_in_graph(self, fields: list[int], indices: np.ndarray) -> list[np.ndarray]:
+        try:
+            return self._gather_indices(indices, fields)
+        except IndexError as error:  # numpy_function would raise it as OutOfRangeError: a dataset's end
+            raise ValueError(str(error)) from None
+
+    def _file_source(self) -> _PyFrameSource:
+        return _PyFrameSource(self)
+
+    def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
+        with self._lock:
+            self._table.arrays[field][first_row : first_row + len(rows)] = rows
 
     def _gather_all(self) -> Any:
         if not tf.executing_eagerly():
@@ -205,6 +234,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         with self._lock:
             self._check_open()
             self._table.added = 0
+            self._generation += 1
             self._cleared_locked()
         return np.int64(0)
 
@@ -221,6 +251,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             for array, value in zip(self._table.arrays, arrays):
                 np.copyto(array, value)
             self._table.added = added
+            self._generation += 1
             self._restore_extras_locked(extras)
 
     # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).
@@ -251,9 +282,15 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         added = tf.numpy_function(weak_method(self._added_value), [], tf.int64, stateful=True)
         return tf.ensure_shape(added, [])
 
-    def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
-        leaves = tf.numpy_function(weak_method(self._gather_arrays), [ids], self._dtypes, stateful=True)
-        return self._with_static_shapes(leaves, ids.shape)
+    def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
+        if fields is None:
+            leaves = tf.numpy_function(weak_method(self._gather_arrays), [ids], self._dtypes, stateful=True)
+            return self._with_static_shapes(leaves, ids.shape)
+        gather = functools.partial(weak_method(self._gather_arrays), fields=list(fields))
+        leaves = tf.numpy_function(gather, [ids], [self._dtypes[i] for i in fields], stateful=True)
+        for leaf, i in zip(leaves, fields):
+            leaf.set_shape(ids.shape.concatenate(self._fields[i].spec.shape))
+        return leaves
 
     def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         try:
@@ -292,3 +329,30 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         for leaf, field in zip(leaves, self._fields):
             leaf.set_shape(outer.concatenate(field.spec.shape))
         return leaves
+
+
+class _PyFrameSource:
+    """A `tfbuffers.files.FrameSource` over a py buffer: each read copies a chunk of rows under the lock.
+
+    The rows read are the snapshot's while no add overwrote the oldest of them
+    (adds up to `oldest + max_length` write elsewhere) and no clear or restore ran.
+    """
+
+    def __init__(self, buffer: PyUniformReplayBuffer) -> None:
+        self._buffer = buffer
+        with buffer._lock:
+            buffer._check_open()
+            self.added = buffer._table.added
+            self.extras = buffer._extras_locked()
+            self._generation = buffer._generation
+        self._oldest = int(_ring.oldest_add(_OPS, self.added, buffer.max_length))
+
+    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
+        with self._buffer._lock:
+            self._buffer._check_open()
+            return self._buffer._table.arrays[field][first_row:stop_row].copy()
+
+    def intact(self) -> bool:
+        buffer = self._buffer
+        with buffer._lock:
+            return buffer._generation == self._generation and buffer._table.added <= self._oldest + buffer.max_length

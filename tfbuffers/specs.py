@@ -432,3 +432,130 @@ def pack(data_spec: Any, leaves: Sequence[Any]) -> Any:
 def map_fields(fn: Callable[[Field], Any], data_spec: Any, fields: Sequence[Field]) -> Any:
     """Builds a nest shaped like `data_spec` with `fn(field)` at each leaf."""
     return pack(data_spec, [fn(field) for field in fields])
+
+
+# A data spec as JSON, for buffer files: readable in the file's header, rebuilt without pickle.
+
+_NAMEDTUPLE_MODULES = ("tf_agents.",)
+"""Namedtuple types rebuilt as their own class (imported) when their module starts so: TF-Agents' `Trajectory`,
+`TimeStep`, `PolicyStep`. Any other namedtuple comes back as a namedtuple of the same name and fields."""
+
+
+def spec_to_json(data_spec: Any) -> Any:
+    """`data_spec` as JSON-serialisable values: containers by kind, leaves by shape, dtype, name and bounds.
+
+    `spec_from_json` rebuilds it: dicts, lists, tuples and namedtuples with the same keys, in the same
+    order; leaves as `tf.TensorSpec`, or `BoundedTensorSpec` where the leaf has `minimum` and `maximum`.
+    """
+
+    def encode(spec: Any, path: str) -> Any:
+        if isinstance(spec, collections.abc.Mapping):
+            return {"dict": [[key, encode(value, _join(path, key))] for key, value in spec.items()]}
+        if _is_namedtuple(spec):
+            kind = type(getattr(spec, "__wrapped__", spec))
+            fields = [[key, encode(value, _join(path, key))] for key, value in zip(spec._fields, spec)]
+            return {"namedtuple": {"type": f"{kind.__module__}:{kind.__qualname__}", "fields": fields}}
+        if isinstance(spec, (list, tuple)):
+            container = "list" if isinstance(spec, list) else "tuple"
+            return {container: [encode(value, _join(path, i)) for i, value in enumerate(spec)]}
+        tensor_spec = _as_tensor_spec(path, spec)
+        leaf: dict[str, Any] = {"shape": tensor_spec.shape.as_list(), "dtype": tensor_spec.dtype.name}
+        if tensor_spec.name:
+            leaf["name"] = tensor_spec.name
+        if hasattr(spec, "minimum") and hasattr(spec, "maximum"):
+            leaf["minimum"] = np.asarray(spec.minimum).tolist()
+            leaf["maximum"] = np.asarray(spec.maximum).tolist()
+        return {"spec": leaf}
+
+    return encode(unwrap(data_spec), ROOT)
+
+
+def spec_from_json(encoded: Any) -> Any:
+    """The data spec `spec_to_json` encoded.
+
+    Raises:
+      ValueError: If `encoded` is not an encoding `spec_to_json` makes.
+    """
+    from tensorflow.python.framework import tensor_spec as tf_tensor_spec  # BoundedTensorSpec, as TF-Agents uses
+
+    def decode(node: Any) -> Any:
+        if not isinstance(node, dict) or len(node) != 1:
+            raise ValueError(f"spec: expected a one-key object, got {node!r:.80}")
+        ((kind, value),) = node.items()
+        if kind == "dict":
+            return {key: decode(child) for key, child in value}
+        if kind in ("list", "tuple"):
+            children = [decode(child) for child in value]
+            return children if kind == "list" else tuple(children)
+        if kind == "namedtuple":
+            names = [key for key, _ in value["fields"]]
+            return _namedtuple_type(value["type"], names)(*(decode(child) for _, child in value["fields"]))
+        if kind == "spec":
+            shape, dtype, name = value["shape"], tf.as_dtype(value["dtype"]), value.get("name")
+            if "minimum" in value:
+                return tf_tensor_spec.BoundedTensorSpec(shape, dtype, value["minimum"], value["maximum"], name)
+            return tf.TensorSpec(shape, dtype, name)
+        raise ValueError(f"spec: unknown kind {kind!r}")
+
+    try:
+        return decode(encoded)
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"spec: malformed encoding ({type(error).__name__}: {error})") from None
+
+
+def _namedtuple_type(qualified: str, fields: list[str]) -> Any:
+    module, _, name = qualified.partition(":")
+    if module.startswith(_NAMEDTUPLE_MODULES):
+        import importlib
+
+        try:
+            kind: Any = importlib.import_module(module)
+            for part in name.split("."):
+                kind = getattr(kind, part)
+        except (ImportError, AttributeError):
+            kind = None
+        if kind is not None and list(getattr(kind, "_fields", ())) == fields:
+            return kind
+    return collections.namedtuple(name.rsplit(".", 1)[-1], fields)
+
+
+CONFIG_KEYS = "config: {key}: expected {expected}, got {received}"
+
+
+def spec_from_config(config: collections.abc.Mapping[str, Any]) -> dict[str, tf.TensorSpec]:
+    """A dict data spec from a config's parallel lists `names`, `shapes` and `dtypes` (MindSpore's form).
+
+    Raises:
+      TypeError, ValueError: Naming the key, what was expected and what was received.
+    """
+    lists = {}
+    for key in ("names", "shapes", "dtypes"):
+        value = config.get(key)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise TypeError(CONFIG_KEYS.format(key=key, expected="a non-empty list", received=repr(value)))
+        lists[key] = list(value)
+    names, shapes, dtypes = lists["names"], lists["shapes"], lists["dtypes"]
+    if not len(names) == len(shapes) == len(dtypes):
+        received = f"{len(names)} names, {len(shapes)} shapes, {len(dtypes)} dtypes"
+        raise ValueError(
+            CONFIG_KEYS.format(key="names/shapes/dtypes", expected="lists of one length", received=received)
+        )
+    if len(set(names)) != len(names) or not all(isinstance(n, str) and n and "/" not in n for n in names):
+        raise ValueError(
+            CONFIG_KEYS.format(key="names", expected="distinct non-empty strings without '/'", received=names)
+        )
+    spec = {}
+    for name, shape, dtype in zip(names, shapes, dtypes):
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ValueError(
+                CONFIG_KEYS.format(key=f"shapes ({name})", expected="a list of ints >= 0", received=repr(shape))
+            )
+        try:
+            tf_dtype = tf.as_dtype(dtype)
+        except TypeError:
+            raise ValueError(
+                CONFIG_KEYS.format(key=f"dtypes ({name})", expected="a dtype name", received=repr(dtype))
+            ) from None
+        spec[name] = tf.TensorSpec(list(shape), tf_dtype, name)
+    flatten_spec(spec)  # the dtype checks every buffer makes
+    return spec

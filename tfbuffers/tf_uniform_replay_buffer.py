@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,6 +138,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         )
         self._scope = scope
         self._device = device
+        self._wait_for_writers = wait_for_writers
         with tf.device(device), tf.name_scope(scope):
             storage = VariableTable(self._fields, self.capacity)
             added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
@@ -218,12 +219,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
 
-    def _gather_tensors(self, ids: tf.Tensor) -> list[tf.Tensor]:
+    def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
             # Planned ids must still be stored, and not overwritten while they were read.
             stored = _ring.are_stored(_OPS, ids, self._added.read_value(), self._max_length, self._batch_size)
             with tf.control_dependencies([tf.debugging.Assert(stored, [FRAMES_GONE])]):
-                leaves = self._table.read(self._rows(ids))
+                leaves = self._table.read(self._rows(ids), fields)
             with tf.control_dependencies(leaves):
                 writing = self._concurrency.writing()
             with tf.control_dependencies([writing]):
@@ -232,6 +233,25 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             whole = tf.reduce_min(ids) // self._batch_size >= oldest_whole
             with tf.control_dependencies([tf.debugging.Assert(whole, [FRAMES_GONE])]):
                 return [tf.identity(leaf) for leaf in leaves]
+
+    def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
+        if tf.executing_eagerly():
+            # The exact IndexError first; the graph checks again against the counter it reads.
+            self._checked_ids(_ring.NUMPY, np.asarray(indices, np.int64), int(self._added.numpy()))
+            return self._compiled(self._gather_indices_tensors)(tf.convert_to_tensor(indices, tf.int64), fields)
+        return self._gather_indices_tensors(indices, fields)
+
+    def _gather_indices_tensors(self, indices: tf.Tensor, fields: list[int]) -> list[tf.Tensor]:
+        with tf.device(self._device), tf.name_scope(self._scope):
+            ids = self._checked_ids(_OPS, indices, self._added.read_value())
+        return self._gather_tensors(ids, fields)
+
+    def _file_source(self) -> _TFFrameSource:
+        return _TFFrameSource(self)
+
+    def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
+        with tf.device(self._device):
+            self._table.variables[field][first_row : first_row + len(rows)].assign(rows)
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -311,6 +331,18 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             whole, tensors = self._concurrency.checked_read(read, self._added, self._max_length)
             return whole, tensors[0], tensors[1:]
 
+    def _counter_and_extras_tensors(self) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        with tf.device(self._device), tf.name_scope(self._scope):
+
+            def read() -> tuple[list[tf.Tensor], tf.Tensor]:
+                added = self._added.read_value()
+                with tf.control_dependencies([added]):
+                    extras = [v.read_value() for v in self._extra_variables().values()]
+                # No rows are read here: every add counts as overlapping none (oldest = added).
+                return [self._concurrency.generation.read_value(), added, *extras], added + self._max_length
+
+            return self._concurrency.checked_read(read, self._added, self._max_length)
+
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras)]]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
@@ -319,7 +351,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(self._device), tf.name_scope(self._scope):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
-                variables = [*self._table.variables, *self._restore_targets()]
+                # `values` are the last of these: all of them, or (a load wrote the rows) the extras' only.
+                targets = [*self._table.variables, *self._restore_targets()]
+                variables = targets[len(targets) - len(values) :]
 
                 def assign() -> list[Any]:
                     assigns = [v.assign(x) for v, x in zip(variables, values)]
@@ -385,3 +419,38 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The values of `_restore_targets`, in order, from a checked state's extras."""
         return []
+
+
+class _TFFrameSource:
+    """A `tfbuffers.files.FrameSource` over a TF buffer: each read gathers a chunk of rows from the variables.
+
+    The rows read are the snapshot's when, read after them, the generation is the
+    one read with the counter and extras (no clear, restore or priority update
+    ran) and no add that began since reached the oldest of them (the seqlock check
+    of `tfbuffers._tf_concurrency`).
+    """
+
+    def __init__(self, buffer: TFUniformReplayBuffer) -> None:
+        self._buffer = buffer
+        for _ in range(SNAPSHOT_ATTEMPTS):
+            whole, values = buffer._compiled(buffer._counter_and_extras_tensors)()
+            if whole:
+                break
+        else:
+            raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
+        generation, added, *extras = (value.numpy() for value in values)
+        self._generation = int(generation)
+        self.added = int(added)
+        self.extras = dict(zip(buffer._extra_variables(), extras))
+        self._oldest = int(_ring.oldest_add(_ring.NUMPY, self.added, buffer.max_length))
+
+    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
+        with tf.device(self._buffer.device):
+            return self._buffer._table.variables[field][first_row:stop_row].numpy()
+
+    def intact(self) -> bool:
+        concurrency = self._buffer._concurrency
+        writing = int(concurrency.writing().numpy())
+        added = int(self._buffer._added.numpy())
+        generation = int(concurrency.generation.numpy())
+        return generation == self._generation and self._oldest >= added + writing - self._buffer.max_length
