@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import pathlib
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -123,9 +125,40 @@ def read_starter_metadata(directory: pathlib.Path) -> dict[str, Any]:
     )
 
 
-def load_starter_buffer(directory: pathlib.Path, spec: Any) -> tuple[tfbuffers.ReplayBuffer, dict[str, Any]]:
-    """Rebuilds a starter buffer for `spec` and restores its contents."""
+def load_starter_buffer(
+    directory: pathlib.Path, spec: Any, max_length: int | None = None
+) -> tuple[tfbuffers.ReplayBuffer, dict[str, Any]]:
+    """A buffer of the starter buffer's kind and segments for `spec`, holding its frames.
+
+    Of `max_length` (default the starter's): a shorter one holds the newest frames that fit.
+    """
     metadata = read_starter_metadata(directory)
-    buffer = make_buffer(metadata["buffer"], spec, metadata["batch_size"], metadata["max_length"])
+    buffer = make_buffer(metadata["buffer"], spec, metadata["batch_size"], max_length or metadata["max_length"])
     files.load(directory / FILE, buffer)
     return buffer, metadata
+
+
+def peak_rss(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """(fn()'s result, the peak resident bytes above those before it), the RSS sampled every millisecond."""
+    import psutil
+
+    process = psutil.Process()
+    gc.collect()
+    before = process.memory_info().rss
+    peak = before
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, process.memory_info().rss)
+            done.wait(0.001)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = fn()
+    finally:
+        done.set()
+        watcher.join()
+    return result, max(peak, process.memory_info().rss) - before

@@ -35,6 +35,7 @@ import pathlib
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -202,6 +203,10 @@ class System:
         """Bytes of storage the system allocated, when it can be read off."""
         return None
 
+    def file_memory(self, directory: pathlib.Path) -> dict[str, float] | None:
+        """Bytes per frame of its file and peak resident bytes added by saving and loading it, or None."""
+        return None
+
     def close(self) -> None:
         """Releases servers and files."""
 
@@ -287,10 +292,58 @@ class _TFBuffer(System):
         return sum(v.shape.num_elements() * v.dtype.size for v in self.buffer.variables())
 
 
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+_LOAD_IN_A_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import _common, tfbuffers
+from tfbuffers import files
+
+path, name, how = sys.argv[1:4]
+kind = getattr(tfbuffers, name)
+
+def load():
+    if how == "new":
+        return kind.load(path)
+    header = files.read_header(path)
+    buffer = kind(header["data_spec"], batch_size=header["batch_size"], max_length=header["max_length"])
+    files.load(path, buffer)
+    return buffer
+
+_, peak = _common.peak_rss(load)
+print(json.dumps(peak))
+"""
+
+
+def _files_memory(buffer: Any, stored: int, directory: pathlib.Path) -> dict[str, float]:
+    """File size per frame, and the peak resident bytes beyond the buffer's own storage of a save and two loads.
+
+    The loads run in fresh processes (an allocator keeps what an earlier call freed): `<class>.load`, and
+    `files.load` into a buffer built empty; the buffer's own storage is subtracted from both.
+    """
+    import _common
+
+    path = directory / "buffer.safetensors"
+    frames = int(buffer.num_frames())
+    _, save = _common.peak_rss(lambda: buffer.save(path, progress=False))
+    loads = {}
+    for how in ("new", "into"):
+        argv = [sys.executable, "-c", _LOAD_IN_A_CHILD, str(path), type(buffer).__name__, how, str(SCRIPTS)]
+        completed = subprocess.run(argv, capture_output=True, text=True, check=True)
+        loads[how] = json.loads(completed.stdout.strip().splitlines()[-1]) - stored
+    return {
+        "stored_bytes": stored,
+        "file_bytes_per_frame": path.stat().st_size / frames,
+        "save_peak_bytes": save,
+        "load_new_peak_bytes": loads["new"],
+        "load_into_peak_bytes": loads["into"],
+    }
+
+
 def _files_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
     """Saves and loads with tfbuffers.files: one safetensors file, fsynced and renamed into place."""
     path = directory / "buffer.safetensors"
-    save = _time(lambda: files.save(buffer, path))
+    save = _time(lambda: files.save(buffer, path, progress=False))
     load = _time(lambda: files.load(path, buffer))
     return save, load, path.stat().st_size
 
@@ -302,6 +355,9 @@ class TFBuffersTF(_TFBuffer):
 
     def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
         return _files_save_load(self.buffer, directory)
+
+    def file_memory(self, directory: pathlib.Path) -> dict[str, float]:
+        return _files_memory(self.buffer, self.stored_bytes(), directory)
 
     def __init__(self, workload: Workload) -> None:
         buffer = tfbuffers.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
@@ -335,6 +391,7 @@ class TFBuffersPy(System):
     get_next = _TFBuffer.get_next
     deterministic_pass = _TFBuffer.deterministic_pass
     save_load = TFBuffersTF.save_load
+    file_memory = TFBuffersTF.file_memory
 
     def stored_bytes(self) -> int:
         return sum(a.nbytes for a in self.buffer._table.arrays)
@@ -876,6 +933,12 @@ def run_workload(
                     if load is not None:
                         samples["load"][system.name].append(size / load / 1e6)
                 bar.update(1)
+    file_memory = {}
+    for system in systems:
+        with tempfile.TemporaryDirectory() as directory:
+            measured = system.file_memory(pathlib.Path(directory))
+        if measured is not None:
+            file_memory[system.name] = measured
     for system in systems:
         system.close()
     del systems
@@ -892,6 +955,7 @@ def run_workload(
         "workload": dataclasses.asdict(workload) | {"payload_bytes": workload.payload_bytes},
         "measures": summary,
         "memory": memory,
+        "files": file_memory,
     }
 
 
@@ -940,6 +1004,22 @@ def markdown(results: dict[str, Any]) -> str:
         ):
             cells = [_fmt(result["memory"][name][key]) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if result.get("files"):
+            lines += [
+                "",
+                "Buffer files: bytes per stored frame, and the peak resident memory each call needs beyond the",
+                "buffer's own storage, as a multiple of that storage (loads in fresh processes):",
+                "",
+                "| system | file bytes/frame | save | <class>.load | files.load into an empty buffer |",
+                "|---|---|---|---|---|",
+            ]
+            for name, entry in result["files"].items():
+                stored = entry["stored_bytes"]
+                peaks = [
+                    entry[key] / stored for key in ("save_peak_bytes", "load_new_peak_bytes", "load_into_peak_bytes")
+                ]
+                cells = [_fmt(entry["file_bytes_per_frame"])] + [f"{peak:.2f}x" for peak in peaks]
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
         if result.get("actors"):
             lines += [
                 "",

@@ -151,7 +151,11 @@ def train(config: Config) -> Result:
         shards = _connect(config.replay_server.split(","), agent.collect_data_spec)
         buffer = shards[0]
     elif starter_metadata is not None:
-        buffer, _ = _common.load_starter_buffer(pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec)
+        # The starter seeds a training buffer of --replay-capacity (its newest frames, if it holds more).
+        max_length = max(config.replay_capacity // num_envs, 2)
+        buffer, _ = _common.load_starter_buffer(
+            pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec, max_length
+        )
     else:
         buffer = _common.make_buffer(
             config.buffer, agent.collect_data_spec, num_envs, max(config.replay_capacity // num_envs, 2)
@@ -326,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--buffer",
         default=defaults.buffer,
         choices=sorted(_common.BUFFERS),
-        help="buffer kind (a starter buffer keeps its own kind and segments)",
+        help="buffer kind (a starter buffer keeps its own kind and segments; its frames fill --replay-capacity)",
     )
     parser.add_argument(
         "--num-iterations", type=_common.positive_int, default=defaults.num_iterations, help="collect+train iterations"
@@ -381,7 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of TF, numpy and the environments")
     parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")
     parser.add_argument(
-        "--starter-buffer", default=None, help="directory of a buffer made by populate_starter_buffer.py to start from"
+        "--starter-buffer",
+        default=None,
+        help="directory of a buffer made by populate_starter_buffer.py to start from: its frames seed a buffer of "
+        "--replay-capacity (the newest that fit)",
     )
     parser.add_argument(
         "--replay-server",

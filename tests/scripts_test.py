@@ -282,6 +282,7 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
 
     config = train_dqn.Config(
         starter_buffer=str(directory),
+        replay_capacity=200,  # the training buffer's size, not the starter's: its newest 200 frames
         num_iterations=50,
         eval_interval=50,
         eval_episodes=1,
@@ -289,8 +290,8 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
         progress=False,
     )
     result = train_dqn.train(config)
-    assert result.frames_from_starter == metadata["frames"]
-    assert result.frames_in_buffer == metadata["frames"] + result.frames_collected
+    assert result.frames_from_starter == 200 < metadata["frames"]
+    assert result.frames_in_buffer == 200
     assert result.train_steps == 50
 
 

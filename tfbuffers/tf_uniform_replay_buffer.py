@@ -250,8 +250,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return _TFFrameSource(self)
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
+        # A scatter writes the rows in place; a sliced assign would copy the whole variable (copy-on-write).
         with tf.device(self._device):
-            self._table.variables[field][first_row : first_row + len(rows)].assign(rows)
+            indices = tf.range(first_row, first_row + len(rows), dtype=tf.int64)
+            self._table.variables[field].scatter_update(tf.IndexedSlices(tf.constant(rows), indices))
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -445,8 +447,10 @@ class _TFFrameSource:
         self._oldest = int(_ring.oldest_add(_ring.NUMPY, self.added, buffer.max_length))
 
     def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
+        # A gather of the rows only: a slice would read (and may copy) the whole variable first.
         with tf.device(self._buffer.device):
-            return self._buffer._table.variables[field][first_row:stop_row].numpy()
+            rows = tf.range(first_row, stop_row, dtype=tf.int64)
+            return tf.gather(self._buffer._table.variables[field], rows).numpy()
 
     def intact(self) -> bool:
         concurrency = self._buffer._concurrency
