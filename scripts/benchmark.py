@@ -304,10 +304,10 @@ kind = getattr(tfbuffers, name)
 
 def load():
     if how == "new":
-        return kind.load(path)
+        return kind.load(path, progress=False)
     header = files.read_header(path)
     buffer = kind(header["data_spec"], batch_size=header["batch_size"], max_length=header["max_length"])
-    files.load(path, buffer)
+    files.load(path, buffer, progress=False)
     return buffer
 
 _, peak = _common.peak_rss(load)
@@ -344,7 +344,7 @@ def _files_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float
     """Saves and loads with tfbuffers.files: one safetensors file, fsynced and renamed into place."""
     path = directory / "buffer.safetensors"
     save = _time(lambda: files.save(buffer, path, progress=False))
-    load = _time(lambda: files.load(path, buffer))
+    load = _time(lambda: files.load(path, buffer, progress=False))
     return save, load, path.stat().st_size
 
 

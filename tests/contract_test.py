@@ -457,13 +457,19 @@ def test_reads_inside_a_graph_run_when_the_graph_runs(kind):
     # Issue 11, bug 2: the py buffer's reads in a tf.function were frozen at trace time.
     buffer = underlying(make_buffer(kind, batch_size=2, max_length=3))
     sample = tf.function(lambda: buffer.get_next(sample_batch_size=64)[0]["step"])
+    newest = tf.function(lambda: buffer.sample_by_index([-1], fields=["step"])["step"])
+    everything = tf.function(lambda: buffer.sample_all()["step"])
     num_frames = tf.function(buffer.num_frames)
     gather_all = tf.function(lambda: buffer.gather_all()["step"])
     fill(buffer, 1)
     assert set(to_numpy(sample()).tolist()) == {0, 1000}
+    assert to_numpy(newest()).tolist() == [1000]
+    assert to_numpy(everything()).tolist() == [0, 1000]
     assert int(num_frames()) == 2
     fill(buffer, 2, start=5)
     assert set(to_numpy(sample()).tolist()) == {0, 5, 6, 1000, 1005, 1006}  # 64 draws of 6 frames
+    assert to_numpy(newest()).tolist() == [1006]
+    assert to_numpy(everything()).tolist() == [0, 1000, 5, 1005, 6, 1006]
     assert int(num_frames()) == 6
     np.testing.assert_array_equal(to_numpy(gather_all()), [[0, 5, 6], [1000, 1005, 1006]])
     tf.function(buffer.clear)()

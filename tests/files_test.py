@@ -419,7 +419,11 @@ def test_a_long_save_shows_progress_and_a_save_that_writers_keep_spoiling_falls_
     fill(buffer, 0, 6)
     buffer.save(tmp_path / "shown.safetensors", progress=True)
     assert "saving shown.safetensors" in capsys.readouterr().err
+    tfbuffers.load(tmp_path / "shown.safetensors", progress=True)
+    assert "loading shown.safetensors" in capsys.readouterr().err
     buffer.save(tmp_path / "quiet.safetensors", progress=False)
+    files.load(tmp_path / "quiet.safetensors", buffer, progress=False)
+    tfbuffers.PyUniformReplayBuffer.load(tmp_path / "quiet.safetensors", progress=False)
     assert capsys.readouterr().err == ""
 
     made = []

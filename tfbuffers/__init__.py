@@ -20,12 +20,13 @@ from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 
-def load(path: str | os.PathLike, **overrides: Any) -> Any:
+def load(path: str | os.PathLike, *, progress: bool | None = None, **overrides: Any) -> Any:
     """The buffer a file holds, of the class it was saved from (`buffer.save(path)`; see `tfbuffers.files`).
 
     `overrides` go to the constructor: `max_length=` another size (a shorter one
     keeps the newest frames), `seed=`, `device=`, ... `<BufferClass>.load(path)`
-    picks the class instead. Needs the `files` extra.
+    picks the class instead. `progress`: a progress bar, None once the load has taken 2 s,
+    True from the start, False never. Needs the `files` extra.
 
     Raises:
       FileNotFoundError: If there is no file at `path`.
@@ -34,7 +35,7 @@ def load(path: str | os.PathLike, **overrides: Any) -> Any:
     """
     from tfbuffers import files
 
-    return files.load_buffer(path, None, **overrides)
+    return files.load_buffer(path, None, progress=progress, **overrides)
 
 
 def from_config(config: Mapping[str, Any]) -> Any:

@@ -185,13 +185,13 @@ class SegmentedReplayBuffer(ReplayBuffer):
         return files.save(self, path, metadata, progress=progress)
 
     @classmethod
-    def load(cls: type[Buffer], path: str | os.PathLike, **overrides: Any) -> Buffer:
+    def load(cls: type[Buffer], path: str | os.PathLike, *, progress: bool | None = None, **overrides: Any) -> Buffer:
         """A new buffer of this class holding a file's frames (saved from any local buffer class).
 
         Built with the file's data spec, batch size, `max_length` and options (those
         this class takes), then `overrides`: `max_length=` a different size (a
         shorter one keeps the newest frames), `seed=`, `device=`, ... Every byte is
-        verified; see `tfbuffers.files`.
+        verified; see `tfbuffers.files`. `progress` is as in `save`.
 
         Raises:
           FileNotFoundError: If there is no file at `path`.
@@ -200,7 +200,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """
         from tfbuffers import files
 
-        return files.load_buffer(path, cls, **overrides)
+        return files.load_buffer(path, cls, progress=progress, **overrides)
 
     @classmethod
     def from_config(cls: type[Buffer], config: Mapping[str, Any]) -> Buffer:

@@ -499,14 +499,22 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(BAD_HEADER.format(path=path, what=f"{type(error).__name__}: {error}")) from None
 
 
-def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
+def load(path: str | os.PathLike, buffer: Any, *, progress: bool | None = None) -> dict[str, Any]:
     """Replaces `buffer`'s contents with the file's; returns the metadata given to `save`.
 
     The buffer must have the file's batch_size and fields (paths, dtypes,
     shapes); its kind (TF or py) and `max_length` may differ (a shorter one keeps
     the newest frames). A uniform buffer's file loads into a prioritized buffer
     (priorities 1.0), not the reverse. The whole file is read and verified before
-    the buffer changes: on any error it is left as it was.
+    the buffer changes: on any error it is left as it was. That takes one copy of
+    the frames in memory beside the buffer (more for a TF buffer, whose restore
+    converts it to tensors: see docs/benchmarks.md); `load_buffer`, which builds
+    the buffer, needs none.
+
+    Args:
+      path: The file.
+      buffer: A local buffer.
+      progress: As in `save`.
 
     Raises:
       FileNotFoundError: If there is no file at `path`.
@@ -521,19 +529,21 @@ def load(path: str | os.PathLike, buffer: Any) -> dict[str, Any]:
     def write_rows(index: int, first_row: int, rows: np.ndarray) -> None:
         arrays[buffer.fields[index].path][first_row : first_row + len(rows)] = rows
 
-    added = _read_frames(header, buffer, write_rows, extras)
+    added = _read_frames(header, buffer, write_rows, extras, progress)
     restored = dataclasses.replace(template, counters={ADDED: added}, arrays=arrays, extras=extras)
     buffer.restore_state(restored, source=str(header.path))
     return json.loads(header.meta["metadata"])
 
 
-def load_buffer(path: str | os.PathLike, buffer_class: type | None = None, **overrides: Any) -> Any:
+def load_buffer(
+    path: str | os.PathLike, buffer_class: type | None = None, *, progress: bool | None = None, **overrides: Any
+) -> Any:
     """A new buffer holding the file's frames: of `buffer_class`, or of the class the file was saved from.
 
     The buffer is built with the file's data spec, batch size, `max_length` and
     constructor options (those `buffer_class` accepts), then `overrides`
     (`max_length=`, `seed=`, `device=`, ...), and filled straight from the file:
-    no second copy of the frames in memory.
+    no second copy of the frames in memory. `progress` is as in `save`.
 
     Raises:
       FileNotFoundError: If there is no file at `path`.
@@ -557,7 +567,7 @@ def load_buffer(path: str | os.PathLike, buffer_class: type | None = None, **ove
     try:
         _check_fits(header, buffer, buffer.state_template())
         extras = {name: np.zeros(like.shape, like.dtype) for name, like in buffer.state_template().extras.items()}
-        added = _read_frames(header, buffer, buffer._write_rows, extras)
+        added = _read_frames(header, buffer, buffer._write_rows, extras, progress)
         buffer._check_extras(extras, str(header.path))
         buffer._restore(added, [], extras)
     except BaseException:
@@ -593,7 +603,11 @@ def _check_fits(header: _Header, buffer: Any, template: state.BufferState) -> No
 
 
 def _read_frames(
-    header: _Header, buffer: Any, write_rows: Callable[[int, int, np.ndarray], None], extras: dict[str, np.ndarray]
+    header: _Header,
+    buffer: Any,
+    write_rows: Callable[[int, int, np.ndarray], None],
+    extras: dict[str, np.ndarray],
+    progress: bool | None,
 ) -> int:
     """Streams the file's frames into `write_rows(field, first_row, rows)` and `extras`, verifying every byte.
 
@@ -609,7 +623,7 @@ def _read_frames(
     new_added = added if kept == max_length else kept
     runs = _runs(new_added - kept, kept, max_length)
     checksums = json.loads(header.meta.get("checksums", "{}"))
-    with open(header.path, "rb") as handle, _Progress(f"loading {header.path.name}", None) as bar:
+    with open(header.path, "rb") as handle, _Progress(f"loading {header.path.name}", progress) as bar:
         for index, field in enumerate(buffer.fields):
             inner = field.spec.shape.as_list()
             dtype = np.dtype(field.spec.dtype.as_numpy_dtype)

@@ -186,10 +186,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             return self._table.read(self._rows(ids), fields)
 
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
-        if tf.is_tensor(indices) and not tf.executing_eagerly():
+        if not tf.executing_eagerly():  # read when the graph runs, whatever the indices are
+            indices = tf.cast(indices, tf.int64)
             gather = functools.partial(weak_method(self._gather_indices_in_graph), fields)
             dtypes = [self._dtypes[i] for i in fields]
-            leaves = tf.numpy_function(gather, [tf.cast(indices, tf.int64)], dtypes, stateful=True)
+            leaves = tf.numpy_function(gather, [indices], dtypes, stateful=True)
             for leaf, i in zip(leaves, fields):
                 leaf.set_shape(indices.shape.concatenate(self._fields[i].spec.shape))
             return leaves
