@@ -65,7 +65,9 @@ def test_public_names():
         "ReverbReplayBuffer",
         "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
+        "from_config",
         "importance_weights",
+        "load",
         "sharded_dataset",
     ]
     # Each name is the object its module defines, not a stand-in.
@@ -80,6 +82,8 @@ def test_public_names():
     assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer
     assert tfbuffers.sharded_dataset is reverb_replay_buffer.sharded_dataset
+    # And the two functions of its own: they build a local buffer of the class a file or config names.
+    assert tfbuffers.load.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
 
 
 def test_the_reverb_buffer_without_dm_reverb_says_how_to_get_it(monkeypatch):
