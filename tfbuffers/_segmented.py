@@ -206,8 +206,12 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def from_config(cls: type[Buffer], config: Mapping[str, Any]) -> Buffer:
         """A buffer from a plain dict, as MindSpore's configs make them.
 
+        >>> import tfbuffers
         >>> config = {"capacity": 1000, "batch_size": 2, "names": ["obs", "action"],
         ...           "shapes": [[4], []], "dtypes": ["float32", "int64"], "seed": 0}
+        >>> buffer = tfbuffers.PyUniformReplayBuffer.from_config(config)
+        >>> buffer.max_length, buffer.data_spec["action"]
+        (500, TensorSpec(shape=(), dtype=tf.int64, name='action'))
 
         `names`, `shapes` and `dtypes` are parallel lists, one entry per field of a
         dict data spec; `capacity` (a multiple of `batch_size`, default 1) or
