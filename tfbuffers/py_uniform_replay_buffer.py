@@ -191,9 +191,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             gather = functools.partial(weak_method(self._gather_indices_in_graph), fields)
             dtypes = [self._dtypes[i] for i in fields]
             leaves = tf.numpy_function(gather, [indices], dtypes, stateful=True)
-            for leaf, i in zip(leaves, fields):
-                leaf.set_shape(indices.shape.concatenate(self._fields[i].spec.shape))
-            return leaves
+            return self._with_static_shapes(leaves, indices.shape, fields)
         indices = np.asarray(indices, np.int64)
         with self._lock:
             self._check_open()
@@ -284,14 +282,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return tf.ensure_shape(added, [])
 
     def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
-        if fields is None:
-            leaves = tf.numpy_function(weak_method(self._gather_arrays), [ids], self._dtypes, stateful=True)
-            return self._with_static_shapes(leaves, ids.shape)
-        gather = functools.partial(weak_method(self._gather_arrays), fields=list(fields))
-        leaves = tf.numpy_function(gather, [ids], [self._dtypes[i] for i in fields], stateful=True)
-        for leaf, i in zip(leaves, fields):
-            leaf.set_shape(ids.shape.concatenate(self._fields[i].spec.shape))
-        return leaves
+        gather_arrays = weak_method(self._gather_arrays)  # takes positional arguments only
+        dtypes = self._dtypes if fields is None else [self._dtypes[i] for i in fields]
+        leaves = tf.numpy_function(lambda ids: gather_arrays(ids, fields), [ids], dtypes, stateful=True)
+        return self._with_static_shapes(leaves, ids.shape, fields)
 
     def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         try:
@@ -326,8 +320,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         dataset._tfbuffers_source = self
         return dataset
 
-    def _with_static_shapes(self, leaves: list[tf.Tensor], outer: tf.TensorShape) -> list[tf.Tensor]:
-        for leaf, field in zip(leaves, self._fields):
+    def _with_static_shapes(
+        self, leaves: list[tf.Tensor], outer: tf.TensorShape, fields: Sequence[int] | None = None
+    ) -> list[tf.Tensor]:
+        """Sets each leaf's shape to `outer` + its field's (of `fields`, indices into `self.fields`, if given)."""
+        chosen = self._fields if fields is None else [self._fields[i] for i in fields]
+        for leaf, field in zip(leaves, chosen):
             leaf.set_shape(outer.concatenate(field.spec.shape))
         return leaves
 
