@@ -405,6 +405,7 @@ def test_class_options_travel_in_the_file_and_overrides_win(tmp_path):
         "dataset_drop_remainder": True,
         "dataset_window_shift": 2,
         "stateful_dataset": False,
+        "episode_boundaries": False,
         "wait_for_writers": False,
     }
     loaded = tfbuffers.load(path)

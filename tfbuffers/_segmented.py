@@ -40,6 +40,12 @@ NOT_AN_INTEGER_INDEX = "indices: expected integers, got dtype {received}"
 CONFIG_UNKNOWN = "config: unexpected key(s) {unexpected}; {buffer} takes {expected}"
 CONFIG_SIZE = "config: expected capacity (a multiple of batch_size={batch_size}) or max_length, got {received}"
 _FROM_FILE_OR_CONFIG = ("data_spec", "capacity", "batch_size", "max_length")
+STEP_TYPE_PATH = "step_type"
+EPISODE_OPTION = (
+    "episode_boundaries: expected False, True (the data spec's `step_type` field, as in a TF-Agents Trajectory) "
+    "or the nest path of a step-type field among {paths}, got {received}"
+)
+EPISODE_FIELD = "episode_boundaries: field {path}: expected an integer scalar spec (step types), got {received}"
 
 Buffer = TypeVar("Buffer", bound="SegmentedReplayBuffer")
 
@@ -56,6 +62,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
+        episode_boundaries: bool | str = False,
     ) -> None:
         batch_size = positive_int("batch_size", batch_size)
         max_length = positive_int("max_length", max_length)
@@ -68,9 +75,31 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self._max_length = max_length
         self._dataset_drop_remainder = dataset_drop_remainder
         self._dataset_window_shift = dataset_window_shift
-        self._sampler: _sampling.Sampler = _sampling.UniformSampler(type(self).__name__, batch_size, max_length)
+        self._episode_boundaries = episode_boundaries
+        self._step_field: int = -1  # the step-type field's index, when `_episodes` (see `_step_type_field`)
+        step_field = _step_type_field(self._fields, episode_boundaries)
+        self._episodes = step_field is not None
+        if step_field is not None:
+            self._step_field = step_field
+        self._use_sampler(_sampling.UniformSampler(type(self).__name__, batch_size, max_length))
         # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
         self._state_checkpoint = state_lib.StateCheckpoint(self)
+
+    def _use_sampler(self, sampler: _sampling.Sampler) -> None:
+        """Samples with `sampler`, which reads the step types when episode boundaries are on."""
+        if self._episodes:
+            sampler.step_types = self._step_types
+        self._sampler = sampler
+
+    @property
+    def episode_boundaries(self) -> bool | str:
+        """The constructor's `episode_boundaries`: False, True (the `step_type` field) or a field's path."""
+        return self._episode_boundaries
+
+    def _within_episodes(self, ids: tf.Tensor) -> tf.Tensor:
+        """Whether each window of frame ids `[..., num_steps]` (stored) lies within one episode: `[...]` bool."""
+        types = self._gather_tensors(ids, [self._step_field])[0]
+        return _within_episodes(tf, types)
 
     @property
     def batch_size(self) -> int:
@@ -345,8 +374,13 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """How many full batches of `sample_batch_size` windows `epoch_dataset` yields now (eager only)."""
         sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
         num_steps = self._check_num_steps(num_steps)
+        steps = num_steps or 1
+        if self._episodes and steps > 1:
+            types = tf.nest.flatten(self.gather_all())[self._step_field]  # [batch_size, frames]
+            types = np.lib.stride_tricks.sliding_window_view(np.asarray(types), steps, axis=1)
+            return int(np.count_nonzero(_within_episodes(np, types))) // sample_batch_size
         per_segment = self.size // self._batch_size
-        return max(per_segment - (num_steps or 1) + 1, 0) * self._batch_size // sample_batch_size
+        return max(per_segment - steps + 1, 0) * self._batch_size // sample_batch_size
 
     @_not_converted
     def epoch_dataset(
@@ -361,8 +395,8 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """One shuffled epoch: every stored window exactly once, in random order, in batches.
 
         The windows are those `get_next(num_steps=num_steps)` can draw (one segment,
-        consecutive frames), all of them, as the buffer holds them when iteration
-        starts; iterating again is a new epoch. Elements are
+        consecutive frames, within one episode with `episode_boundaries`), all of them,
+        as the buffer holds them when iteration starts; iterating again is a new epoch. Elements are
         `(items, BufferInfo(ids, ()))`, `[sample_batch_size, num_steps, ...]` (no time
         axis without `num_steps`); the last batch is smaller unless `drop_remainder`
         (`full_batches_per_epoch` counts the full ones). Priorities are ignored. A
@@ -393,6 +427,8 @@ class SegmentedReplayBuffer(ReplayBuffer):
             count = _ring.windows_per_segment(ops, added, self._max_length, steps) * self._batch_size
             draws = tf.range(count, dtype=tf.int64)
             ids, _ = _ring.window_ids_and_rows(ops, draws, added, self._max_length, self._batch_size, steps)
+            if self._episodes and steps > 1:
+                ids = tf.boolean_mask(ids, self._within_episodes(ids))
             return tf.data.Dataset.from_tensor_slices(ids)
 
         @tf.autograph.experimental.do_not_convert
@@ -438,6 +474,9 @@ class SegmentedReplayBuffer(ReplayBuffer):
             drop_remainder=self._dataset_drop_remainder,
         )
 
+        if self._episodes and num_steps is not None:
+            ids = self._episode_windows_only(ids, sample_batch_size)
+
         @tf.autograph.experimental.do_not_convert
         def gather(frame_ids: tf.Tensor) -> tuple[Any, BufferInfo]:
             leaves = self._gather_tensors(frame_ids)
@@ -445,10 +484,25 @@ class SegmentedReplayBuffer(ReplayBuffer):
 
         return ids.map(gather, num_parallel_calls=num_parallel_calls)
 
+    def _episode_windows_only(self, ids: tf.data.Dataset, sample_batch_size: int | None) -> tf.data.Dataset:
+        """The deterministic pass's windows that lie within one episode; elements left with none are skipped."""
+        if sample_batch_size is None:  # one window per element
+            return ids.filter(tf.autograph.experimental.do_not_convert(self._within_episodes))
+
+        @tf.autograph.experimental.do_not_convert
+        def keep_within(frame_ids: tf.Tensor) -> tf.Tensor:
+            return tf.boolean_mask(frame_ids, self._within_episodes(frame_ids))
+
+        return ids.map(keep_within).filter(lambda frame_ids: tf.shape(frame_ids)[0] > 0)
+
     def _rows(self, ids: Any) -> Any:
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
 
     # Storage hooks.
+
+    @abc.abstractmethod
+    def _step_types(self) -> Any:
+        """The step-type column (`[capacity]`, storage row order) for the sampler, under the buffer's read."""
 
     @abc.abstractmethod
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
@@ -489,6 +543,28 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""
+
+
+def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:
+    """The index of the step-type field `episode_boundaries` names, or None; raises naming what is wrong."""
+    paths = [field.path for field in fields]
+    if option is False:
+        return None
+    path = STEP_TYPE_PATH if option is True else option
+    if not isinstance(path, str) or path not in paths:
+        message = EPISODE_OPTION.format(paths=paths, received=f"{type(option).__name__} {option!r}")
+        raise TypeError(message) if not isinstance(path, str) else ValueError(message)
+    spec = fields[paths.index(path)].spec
+    if not spec.dtype.is_integer or spec.shape.rank != 0:
+        raise ValueError(EPISODE_FIELD.format(path=path, received=f"{spec.dtype.name} {spec.shape}"))
+    return paths.index(path)
+
+
+def _within_episodes(xp: Any, types: Any) -> Any:
+    """`[...]` bool for step types `[..., num_steps]` (`xp`: numpy or tf): no LAST but last, no FIRST but first."""
+    any_ = np.any if xp is np else tf.reduce_any
+    first, last = _sampling.FIRST, _sampling.LAST
+    return ~(any_(types[..., :-1] == last, axis=-1) | any_(types[..., 1:] == first, axis=-1))
 
 
 def _time_major(x: Any) -> Any:

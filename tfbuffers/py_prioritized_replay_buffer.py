@@ -54,6 +54,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
+        episode_boundaries: bool | str = False,
     ) -> None:
         """Creates the buffer.
 
@@ -68,6 +69,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
           dataset_drop_remainder: As in `PyUniformReplayBuffer`.
           dataset_window_shift: As in `PyUniformReplayBuffer`.
           stateful_dataset: As in `PyUniformReplayBuffer`.
+          episode_boundaries: As in `PyUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
@@ -83,14 +85,15 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
+            episode_boundaries=episode_boundaries,
         )
         self._priority_exponent = priority_exponent
         self._priorities = np.zeros(self.capacity, np.float64)
         self._tree = _sum_tree.empty(self.capacity)
         self._stale = _StaleBlocks(self._max_length)
         self._set_max_priority(1.0)
-        self._sampler = _sampling.PrioritizedSampler(
-            type(self).__name__, self._batch_size, self._max_length, self._current_tree
+        self._use_sampler(
+            _sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, self._current_tree)
         )
 
     @property

@@ -83,6 +83,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
+        episode_boundaries: bool | str = False,
     ) -> None:
         """Creates the buffer and allocates its arrays.
 
@@ -95,6 +96,14 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
           dataset_drop_remainder: As in `TFUniformReplayBuffer`.
           dataset_window_shift: As in `TFUniformReplayBuffer`.
           stateful_dataset: Accepted for TF-Agents compatibility; ignored.
+          episode_boundaries: Keep windows of `num_steps` frames within one episode: True
+            reads the `step_type` field (a TF-Agents `Trajectory`'s), a nest path names
+            another integer scalar field of TF-Agents step types (FIRST 0, MID 1, LAST 2).
+            Samples are then uniform over the windows that cross no LAST -> FIRST boundary
+            (in proportion to priority, for a prioritized buffer), with exact
+            probabilities; the deterministic pass and `epoch_dataset` yield those windows
+            only. Single frames are never affected. It costs a few passes over the
+            step types per sampled batch (see docs/benchmarks.md).
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -120,6 +129,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
+            episode_boundaries=episode_boundaries,
         )
         self._lock = threading.Lock()
         self._table = NumpyTable(self._fields, self.capacity)
@@ -203,6 +213,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             return self._gather_indices(indices, fields)
         except IndexError as error:  # numpy_function would raise it as OutOfRangeError: a dataset's end
             raise ValueError(str(error)) from None
+
+    def _step_types(self) -> np.ndarray:
+        return self._table.arrays[self._step_field]  # the sampler reads it under the lock
 
     def _file_source(self) -> _PyFrameSource:
         return _PyFrameSource(self)

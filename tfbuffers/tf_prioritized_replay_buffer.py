@@ -68,6 +68,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         *,
+        episode_boundaries: bool | str = False,
         wait_for_writers: bool = True,
     ) -> None:
         """Creates the buffer and its variables.
@@ -83,6 +84,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
           dataset_drop_remainder: As in `TFUniformReplayBuffer`.
           dataset_window_shift: As in `TFUniformReplayBuffer`.
           stateful_dataset: As in `TFUniformReplayBuffer`.
+          episode_boundaries: As in `TFUniformReplayBuffer`.
           wait_for_writers: As in `TFUniformReplayBuffer`, but on by default: a learner's
             `update_priorities` inside a `tf.function` is a second graph writer beside a
             driver's adds, and waits its turn (as the adds wait for it).
@@ -102,6 +104,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
             wait_for_writers=wait_for_writers,
+            episode_boundaries=episode_boundaries,
         )
         self._priority_exponent = priority_exponent
         with tf.device(device), tf.name_scope(scope):
@@ -109,8 +112,8 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
             priorities = tf.Variable(tf.zeros([self.capacity], tf.float64), trainable=False, name="priorities")
             largest = tf.Variable(tf.constant(1.0, tf.float64), trainable=False, name="max_priority")
         self._untracked(_tree=tree, _priorities=priorities, _largest=largest)
-        self._sampler = _sampling.PrioritizedSampler(
-            type(self).__name__, self._batch_size, self._max_length, lambda: self._tree
+        self._use_sampler(
+            _sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, lambda: self._tree)
         )
 
     @property

@@ -96,6 +96,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         *,
+        episode_boundaries: bool | str = False,
         wait_for_writers: bool = False,
     ) -> None:
         """Creates the buffer and its variables.
@@ -115,6 +116,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             frames between window starts; None means `num_steps` (windows do
             not overlap, each frame is visited once), 1 gives every window.
           stateful_dataset: Accepted for TF-Agents compatibility; ignored.
+          episode_boundaries: Keep windows of `num_steps` frames within one episode: True
+            reads the `step_type` field (a TF-Agents `Trajectory`'s), a nest path names
+            another integer scalar field of TF-Agents step types (FIRST 0, MID 1, LAST 2).
+            Samples are then uniform over the windows that cross no LAST -> FIRST boundary
+            (in proportion to priority, for a prioritized buffer), with exact
+            probabilities; the deterministic pass and `epoch_dataset` yield those windows
+            only. Single frames are never affected. It costs a few passes over the
+            step types per sampled batch (see docs/benchmarks.md).
           wait_for_writers: Whether a write inside a graph (`add_batch` in a driver's
             `tf.function`) that finds another thread's graph write under way waits its turn,
             for up to 10 s, instead of raising at once. It costs a `tf.cond` on every write
@@ -135,6 +144,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
+            episode_boundaries=episode_boundaries,
         )
         self._scope = scope
         self._device = device
@@ -246,6 +256,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             ids = self._checked_ids(_OPS, indices, self._added.read_value())
         return self._gather_tensors(ids, fields)
 
+    def _step_types(self) -> tf.Tensor:
+        # Read inside the sample's checked read: a draw overlapping an add is read again (see `_sample_tensors`).
+        return self._table.variables[self._step_field].read_value()
+
     def _file_source(self) -> _TFFrameSource:
         return _TFFrameSource(self)
 
@@ -259,22 +273,23 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         with tf.device(self._device), tf.name_scope(self._scope):
-            # A uniform sample is always valid; a prioritized one says whether any window weighs more than 0.
-            validity: list[Any] = []
+            # A uniform sample is always valid; a prioritized or episode-aware one says whether any window can be
+            # drawn, and its message why not (a tensor: it is computed inside the read's loop).
+            checked: list[bool] = []
 
             def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = self._added.read_value()
                 sample = self._sampler.sample(_sampling.TENSORFLOW, added, sample_batch_size, num_steps)
                 leaves = self._table.read(sample.rows)
-                validity[:] = [] if sample.valid is True else [sample.invalid_message]
-                checked = [tf.convert_to_tensor(sample.valid)] if validity else []
+                checked[:] = [sample.valid is not True]
+                validity = [sample.valid, sample.invalid_message] if checked[0] else []
                 oldest = tf.reduce_min(sample.ids) // self._batch_size
-                return [*leaves, sample.ids, sample.probabilities, *checked], oldest
+                return [*leaves, sample.ids, sample.probabilities, *map(tf.convert_to_tensor, validity)], oldest
 
             outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
-            if validity:  # asserted on a whole read only: a torn one was read again
-                with tf.control_dependencies([tf.debugging.Assert(outputs[-1], validity)]):
-                    outputs = [tf.identity(output) for output in outputs[:-1]]
+            if checked[0]:  # asserted on a whole read only: a torn one was read again
+                with tf.control_dependencies([tf.debugging.Assert(outputs[-2], [outputs[-1]])]):
+                    outputs = [tf.identity(output) for output in outputs[:-2]]
             return outputs[:-2], outputs[-2], outputs[-1]
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
