@@ -11,6 +11,7 @@ Writes a learning curve (PNG) and a summary (JSON) to --output-dir.
     python scripts/train_dqn.py --buffer py_uniform --seed 1
     python scripts/train_dqn.py --buffer tf_prioritized
     python scripts/train_dqn.py --starter-buffer out/starter/cartpole-random
+    python scripts/train_dqn.py --n-step 3           # 3-step returns (tfbuffers.n_step_dataset)
 
 With --replay-server HOST:PORT the buffer is a Reverb table on that server
 (scripts/replay_server.py), filled by actor processes (scripts/collect.py): this
@@ -74,6 +75,7 @@ class Config:
     batch_size: int = 64
     learning_rate: float = 1e-3
     gamma: float = 0.99
+    n_step: int = 1
     epsilon: float = 0.1
     target_update_period: int = 100
     fc_layers: tuple[int, ...] = (100, 50)
@@ -196,6 +198,9 @@ def train(config: Config) -> Result:
 
     if shards:
         dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed)
+    elif config.n_step > 1:  # windows of n + 1 frames become n-step transitions, cut at episode ends
+        windows = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=config.n_step + 1)
+        dataset = tfbuffers.n_step_dataset(windows, config.gamma, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         dataset = buffer.as_dataset(
             sample_batch_size=config.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
@@ -301,7 +306,7 @@ def buffer_label(config: Config) -> str:
     """The buffer a run trained from, for its summary line and plot."""
     if config.replay_server:
         return f"tfbuffers Reverb tables at {config.replay_server}"
-    return f"tfbuffers {config.buffer}"
+    return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "")
 
 
 def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
@@ -359,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="Adam learning rate")
     parser.add_argument("--gamma", type=_common.probability, default=defaults.gamma, help="discount factor")
     parser.add_argument(
+        "--n-step",
+        type=_common.positive_int,
+        default=defaults.n_step,
+        help="learn from N-step returns (windows of N + 1 frames through tfbuffers.n_step_dataset); 1: plain DQN",
+    )
+    parser.add_argument(
         "--epsilon", type=_common.probability, default=defaults.epsilon, help="epsilon-greedy exploration"
     )
     parser.add_argument(
@@ -415,6 +426,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values = _common.config_values(parser, args, Config)
     if not args.learning_rate > 0:
         parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
+    if args.n_step > 1 and args.replay_server:
+        parser.error("argument --n-step: not with --replay-server (its tables hold windows of 2 frames)")
+    if args.n_step + 1 > max(args.replay_capacity // args.num_envs, 2):
+        parser.error(
+            f"argument --n-step: expected windows of N + 1 frames to fit a segment of --replay-capacity / "
+            f"--num-envs = {max(args.replay_capacity // args.num_envs, 2)} frames, got {args.n_step}"
+        )
     if args.replay_server:
         if args.starter_buffer:
             parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")

@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
+import tfbuffers.specs
 import tfbuffers.state
 
 SPEC = {
@@ -149,10 +150,23 @@ def _make_tf_prioritized(spec: Any, batch_size: int, max_length: int, **options:
     return tfbuffers.TFPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
 
 
+def _make_py_frames(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+    """The py buffer storing its uint8 fields of rank >= 1 (SPEC's pixels) as frame stacks along the last axis."""
+    options.setdefault("seed", 0)
+    stacked = [
+        field.path
+        for field in tfbuffers.specs.flatten_spec(spec)
+        if field.spec.dtype == tf.uint8 and field.spec.shape.rank >= 1
+    ]
+    options.setdefault("frame_stacks", stacked or None)
+    return tfbuffers.PyUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+
+
 # A new local buffer joins every contract, cross-check, fuzz, files and concurrency test here.
 BUFFER_KINDS = {
     "tf": BufferKind("tf", _make_tf),
     "py": BufferKind("py", _make_py),
+    "py_frames": BufferKind("py_frames", _make_py_frames),
     "tf_prioritized": BufferKind(
         "tf_prioritized", _make_tf_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
     ),

@@ -650,5 +650,7 @@ def test_construction_from_a_config(kind):
         with pytest.raises(error) as raised:
             cls.from_config(bad)
         assert str(raised.value).startswith(message), str(raised.value)
-    with pytest.raises(ValueError, match=r"config: buffer: expected one of \['PyPrioritizedReplayBuffer'"):
+    with pytest.raises(
+        ValueError, match=r"config: buffer: expected one of \['PyHashedReplayBuffer', 'PyPrioritizedReplayBuffer'"
+    ):
         tfbuffers.from_config(config)

@@ -185,6 +185,7 @@ def test_without_safetensors_the_import_names_the_extra():
 CLASSES = {
     "tf": tfbuffers.TFUniformReplayBuffer,
     "py": tfbuffers.PyUniformReplayBuffer,
+    "py_frames": tfbuffers.PyUniformReplayBuffer,  # with the file's frame_stacks when saved from one
     "tf_prioritized": tfbuffers.TFPrioritizedReplayBuffer,
     "py_prioritized": tfbuffers.PyPrioritizedReplayBuffer,
 }

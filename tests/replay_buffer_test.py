@@ -44,8 +44,11 @@ def test_buffer_info_has_tf_agents_fields():
 
 def test_public_names():
     from tfbuffers import (
+        frames,
         manager,
+        n_step,
         prioritized,
+        py_hashed_replay_buffer,
         py_prioritized_replay_buffer,
         py_uniform_replay_buffer,
         replay_buffer,
@@ -58,6 +61,8 @@ def test_public_names():
     assert sorted(tfbuffers.__all__) == [
         "BufferInfo",
         "BufferState",
+        "FrameBuffer",
+        "PyHashedReplayBuffer",
         "PyPrioritizedReplayBuffer",
         "PyUniformReplayBuffer",
         "ReplayBuffer",
@@ -68,6 +73,8 @@ def test_public_names():
         "from_config",
         "importance_weights",
         "load",
+        "n_step_dataset",
+        "n_step_transitions",
         "sharded_dataset",
     ]
     # Each name is the object its module defines, not a stand-in.
@@ -82,6 +89,10 @@ def test_public_names():
     assert tfbuffers.importance_weights is prioritized.importance_weights
     assert tfbuffers.TFUniformReplayBuffer is tf_uniform_replay_buffer.TFUniformReplayBuffer
     assert tfbuffers.sharded_dataset is reverb_replay_buffer.sharded_dataset
+    assert tfbuffers.FrameBuffer is frames.FrameBuffer
+    assert tfbuffers.PyHashedReplayBuffer is py_hashed_replay_buffer.PyHashedReplayBuffer
+    assert tfbuffers.n_step_dataset is n_step.n_step_dataset
+    assert tfbuffers.n_step_transitions is n_step.n_step_transitions
     # And the two functions of its own: they build a local buffer of the class a file or config names.
     assert tfbuffers.load.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
 

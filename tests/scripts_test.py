@@ -56,6 +56,7 @@ def assert_refused(capsys, parse, argv, message):
                 "--batch-size",
                 "--learning-rate",
                 "--gamma",
+                "--n-step",
                 "--epsilon",
                 "--target-update-period",
                 "--fc-layers",
@@ -181,6 +182,24 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
     assert pathlib.Path(result.curve_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(pathlib.Path(result.summary_json).read_text())
     assert summary["config"]["buffer"] == buffer and summary["result"]["train_steps"] == 200
+
+
+def test_a_short_n_step_dqn_run_trains_on_n_step_transitions(tmp_path):
+    config = train_dqn.Config(
+        buffer="py_prioritized",
+        n_step=3,
+        num_iterations=60,
+        initial_collect_frames=100,
+        eval_interval=60,
+        eval_episodes=1,
+        output_dir=str(tmp_path),
+        progress=False,
+    )
+    result = train_dqn.train(config)
+    assert (result.train_steps, result.priority_updates) == (60, 60)
+    assert np.isfinite(result.last_loss)
+    summary = json.loads(pathlib.Path(result.summary_json).read_text())
+    assert summary["config"]["n_step"] == 3
 
 
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
@@ -394,6 +413,12 @@ def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsy
         (["--num-iterations", "0"], "argument --num-iterations: expected a positive int, got 0"),
         (["--batch-size", "-1"], "argument --batch-size: expected a positive int, got -1"),
         (["--epsilon", "1.5"], "argument --epsilon: expected a number in [0, 1], got 1.5"),
+        (["--n-step", "0"], "argument --n-step: expected a positive int, got 0"),
+        (
+            ["--n-step", "9", "--replay-capacity", "16", "--num-envs", "2"],
+            "argument --n-step: expected windows of N + 1 frames to fit a segment of --replay-capacity / "
+            "--num-envs = 8 frames, got 9",
+        ),
         (["--fc-layers", "100,0"], "argument --fc-layers: expected a positive int, got 0"),
         (["--learning-rate", "0"], "argument --learning-rate: expected a positive number, got 0.0"),
     ],

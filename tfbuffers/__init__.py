@@ -9,8 +9,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tfbuffers.frames import FrameBuffer
 from tfbuffers.manager import ReplayBufferManager
+from tfbuffers.n_step import n_step_dataset, n_step_transitions
 from tfbuffers.prioritized import importance_weights
+from tfbuffers.py_hashed_replay_buffer import PyHashedReplayBuffer
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
@@ -57,11 +60,19 @@ def from_config(config: Mapping[str, Any]) -> Any:
     return classes[name].from_config(rest)  # type: ignore[attr-defined]
 
 
-_LOCAL_CLASSES = (TFUniformReplayBuffer, PyUniformReplayBuffer, TFPrioritizedReplayBuffer, PyPrioritizedReplayBuffer)
+_LOCAL_CLASSES = (
+    TFUniformReplayBuffer,
+    PyUniformReplayBuffer,
+    TFPrioritizedReplayBuffer,
+    PyPrioritizedReplayBuffer,
+    PyHashedReplayBuffer,
+)
 
 __all__ = [
     "BufferInfo",
     "BufferState",
+    "FrameBuffer",
+    "PyHashedReplayBuffer",
     "PyPrioritizedReplayBuffer",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
@@ -72,6 +83,8 @@ __all__ = [
     "from_config",
     "importance_weights",
     "load",
+    "n_step_dataset",
+    "n_step_transitions",
     "sharded_dataset",
 ]
 

@@ -55,6 +55,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
+        frame_stacks: Any = None,
     ) -> None:
         """Creates the buffer.
 
@@ -70,6 +71,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
           dataset_window_shift: As in `PyUniformReplayBuffer`.
           stateful_dataset: As in `PyUniformReplayBuffer`.
           episode_boundaries: As in `PyUniformReplayBuffer`.
+          frame_stacks: As in `PyUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
@@ -86,6 +88,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
             episode_boundaries=episode_boundaries,
+            frame_stacks=frame_stacks,
         )
         self._priority_exponent = priority_exponent
         self._priorities = np.zeros(self.capacity, np.float64)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _ring, _sampling, specs
-from tfbuffers._numpy_table import NumpyTable
+from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
@@ -26,6 +26,11 @@ _OPS = _ring.NUMPY
 NO_SIZE = "capacity or max_length: expected at least one, got neither"
 CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
 CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
+FRAME_STACKS = (
+    "frame_stacks: expected None, a field's nest path, a list of paths or a dict of path to stacking axis, "
+    "paths among {paths}; got {received}"
+)
+FRAME_STACK_AXIS = "frame_stacks: field {path}: expected an axis of its shape {shape}, got {axis!r}"
 
 
 class PyUniformReplayBuffer(SegmentedReplayBuffer):
@@ -84,6 +89,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
+        frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
     ) -> None:
         """Creates the buffer and allocates its arrays.
 
@@ -104,6 +110,13 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             probabilities; the deterministic pass and `epoch_dataset` yield those windows
             only. Single frames are never affected. It costs a few passes over the
             step types per sampled batch (see docs/benchmarks.md).
+          frame_stacks: Fields of stacked frames (Atari's `uint8[84, 84, 4]`) to store
+            each distinct frame of once (`tfbuffers.frames`): a nest path (stacked
+            along the last axis), a list of paths, or a dict of path to stacking axis.
+            Samples, `gather_all`, states, checkpoints and files are exactly those of
+            the plain buffer on the same adds; a stacked observation then takes about
+            one frame of memory instead of `depth` (plus 8 bytes per frame of each row).
+            Frames are matched by their bytes, never by hash alone.
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -132,7 +145,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             episode_boundaries=episode_boundaries,
         )
         self._lock = threading.Lock()
-        self._table = NumpyTable(self._fields, self.capacity)
+        self._frame_stacks = frame_stacks
+        stacks = _frame_stack_axes(self._fields, frame_stacks)
+        self._table = (
+            FrameStackTable(self._fields, self.capacity, stacks) if stacks else NumpyTable(self._fields, self.capacity)
+        )
         self._rng = np.random.default_rng(seed)
         self._backend = _sampling.numpy_backend(self._rng)
         self._dtypes = [field.spec.dtype for field in self._fields]
@@ -215,14 +232,14 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             raise ValueError(str(error)) from None
 
     def _step_types(self) -> np.ndarray:
-        return self._table.arrays[self._step_field]  # the sampler reads it under the lock
+        return self._table.column(self._step_field)  # the sampler reads it under the lock
 
     def _file_source(self) -> _PyFrameSource:
         return _PyFrameSource(self)
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
         with self._lock:
-            self._table.arrays[field][first_row : first_row + len(rows)] = rows
+            self._table.write_rows(field, first_row, rows)
 
     def _gather_all(self) -> Any:
         if not tf.executing_eagerly():
@@ -252,16 +269,16 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _close(self) -> None:
         with self._lock:
-            self._table.arrays = []
+            self._table.close()
 
     def _snapshot(self) -> tuple[int, list[np.ndarray], dict[str, np.ndarray]]:
         with self._lock:
-            return self._table.added, [array.copy() for array in self._table.arrays], self._extras_locked()
+            return self._table.added, self._table.copies(), self._extras_locked()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         with self._lock:
-            for array, value in zip(self._table.arrays, arrays):
-                np.copyto(array, value)
+            if arrays:
+                self._table.replace(arrays)
             self._table.added = added
             self._generation += 1
             self._restore_extras_locked(extras)
@@ -343,6 +360,28 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return leaves
 
 
+def _frame_stack_axes(fields: Sequence[specs.Field], option: Any) -> dict[int, int]:
+    """Field index -> non-negative stacking axis of the `frame_stacks` option; raises naming what is wrong."""
+    paths = [field.path for field in fields]
+    if option is None:
+        return {}
+    if isinstance(option, str):
+        option = {option: -1}
+    elif isinstance(option, Sequence) and option and all(isinstance(path, str) for path in option):
+        option = {path: -1 for path in option}
+    elif not isinstance(option, Mapping) or not option:
+        raise TypeError(FRAME_STACKS.format(paths=paths, received=f"{type(option).__name__} {option!r}"))
+    axes = {}
+    for path, axis in option.items():
+        if path not in paths:
+            raise ValueError(FRAME_STACKS.format(paths=paths, received=f"path {path!r}"))
+        shape = fields[paths.index(path)].spec.shape
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -shape.rank <= axis < shape.rank:
+            raise ValueError(FRAME_STACK_AXIS.format(path=path, shape=shape, axis=axis))
+        axes[paths.index(path)] = axis % shape.rank
+    return axes
+
+
 class _PyFrameSource:
     """A `tfbuffers.files.FrameSource` over a py buffer: each read copies a chunk of rows under the lock.
 
@@ -362,7 +401,7 @@ class _PyFrameSource:
     def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
         with self._buffer._lock:
             self._buffer._check_open()
-            return self._buffer._table.arrays[field][first_row:stop_row].copy()
+            return self._buffer._table.read_rows(field, first_row, stop_row)
 
     def intact(self) -> bool:
         buffer = self._buffer
