@@ -74,6 +74,12 @@ OURS = {
     "tfbuffers TF prioritized": "tfbuffers TF",  # what prioritizing costs, against the uniform buffer
     "tfbuffers py prioritized": "cpprb PER",
     "tfbuffers Reverb": "TF-Agents Reverb",
+    # What each option costs, against the same buffer without it.
+    "tfbuffers TF episodes": "tfbuffers TF",
+    "tfbuffers py episodes": "tfbuffers py",
+    "tfbuffers TF prioritized episodes": "tfbuffers TF prioritized",
+    "tfbuffers py prioritized episodes": "tfbuffers py prioritized",
+    "tfbuffers py frame stacks": "tfbuffers py",
 }
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
@@ -82,8 +88,15 @@ REFERENCES = {
     "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER"),
     "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform"),
     "tfbuffers Reverb": ("tfbuffers py",),
+    "tfbuffers TF episodes": (),
+    "tfbuffers py episodes": (),
+    "tfbuffers TF prioritized episodes": (),
+    "tfbuffers py prioritized episodes": (),
+    "tfbuffers py frame stacks": (),
 }
-MID = 1  # TF-Agents' StepType.MID
+FIRST, MID, LAST = 0, 1, 2  # TF-Agents' StepType values
+EPISODE = 32  # frames per episode of the episode-aware systems (divides the 64 batches the benchmark cycles)
+STACK_EPISODE = 1_000  # adds between resets of the frame-stack system's stacks
 PRIORITY_BETA = 0.4  # cpprb's importance weights are made with every sample; beta is theirs to take
 
 
@@ -153,10 +166,16 @@ class System:
     requires: tuple[str, ...] = ()  # modules it imports beyond the benchmark's own
     name = ""
     adds = True  # whether it stores anything (the tf.data ceiling does not)
+    variant = False  # an option's cost against the same buffer without it: the deterministic pass and files not run
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self.frames_added = 0
+
+    @classmethod
+    def applies(cls, workload: Workload) -> bool:
+        """Whether the system runs on `workload` (frame stacks need stacked observations)."""
+        return True
 
     def prepare(self, batches: list[Any]) -> list[Any]:
         """The batches this system is given (made before any timing): the benchmark's own by default."""
@@ -394,7 +413,7 @@ class TFBuffersPy(System):
     file_memory = TFBuffersTF.file_memory
 
     def stored_bytes(self) -> int:
-        return sum(a.nbytes for a in self.buffer._table.arrays)
+        return self.buffer._table.nbytes()
 
 
 def _priority_batches(workload: Workload) -> list[np.ndarray]:
@@ -451,6 +470,133 @@ class TFBuffersPyPrioritized(TFBuffersPy):
 
     deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
     save_load = System.save_load  # type: ignore[assignment]
+
+
+def _step_types(t: Any, ops: Any = np) -> tuple[Any, Any]:
+    """(step_type, next_step_type) of add number `t` in episodes of `EPISODE` frames (numpy ints or tensors)."""
+    position = t % EPISODE
+    step_type = ops.where(position == 0, FIRST, ops.where(position == EPISODE - 1, LAST, MID))
+    next_step_type = ops.where(position == EPISODE - 1, FIRST, ops.where(position == EPISODE - 2, LAST, MID))
+    return step_type, next_step_type
+
+
+def _in_episodes(batches: list[Any]) -> list[Any]:
+    """The batches with the step types of episodes of `EPISODE` frames (the batches cycle: 64 is a multiple)."""
+    episodes = []
+    for t, batch in enumerate(batches):
+        step_type, next_step_type = (np.full_like(batch.step_type, value) for value in _step_types(t))
+        episodes.append(batch._replace(step_type=step_type, next_step_type=next_step_type))
+    return episodes
+
+
+class _Episodes:
+    """Mixin: the buffer built with `episode_boundaries=True`, fed episodes of `EPISODE` frames."""
+
+    buffer: Any
+    _graph_batch: Any
+
+    def prepare(self, batches: list[Any]) -> list[Any]:
+        return _in_episodes(batches)
+
+    def _loop_fn(self, num_adds: tf.Tensor) -> None:  # the TF buffers' fill and in-graph adds
+        for t in tf.range(num_adds):
+            step_type, next_step_type = _step_types(t, tf)
+            batch = self._graph_batch._replace(
+                step_type=tf.fill(tf.shape(self._graph_batch.step_type), tf.cast(step_type, tf.int32)),
+                next_step_type=tf.fill(tf.shape(self._graph_batch.step_type), tf.cast(next_step_type, tf.int32)),
+            )
+            self.buffer.add_batch(batch)
+
+    variant = True
+
+
+class TFBuffersTFEpisodes(_Episodes, TFBuffersTF):
+    """tfbuffers.TFUniformReplayBuffer(episode_boundaries=True)."""
+
+    name = "tfbuffers TF episodes"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tfbuffers.TFUniformReplayBuffer(
+            workload.spec, workload.num_envs, workload.max_length, episode_boundaries=True
+        )
+        _TFBuffer.__init__(self, workload, buffer)
+
+
+class TFBuffersPyEpisodes(_Episodes, TFBuffersPy):
+    """tfbuffers.PyUniformReplayBuffer(episode_boundaries=True)."""
+
+    name = "tfbuffers py episodes"
+
+    def __init__(self, workload: Workload) -> None:
+        System.__init__(self, workload)
+        self.buffer = tfbuffers.PyUniformReplayBuffer(
+            workload.spec, batch_size=workload.num_envs, max_length=workload.max_length, episode_boundaries=True
+        )
+
+
+class TFBuffersTFPrioritizedEpisodes(_Episodes, TFBuffersTFPrioritized):
+    """tfbuffers.TFPrioritizedReplayBuffer(episode_boundaries=True)."""
+
+    name = "tfbuffers TF prioritized episodes"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tfbuffers.TFPrioritizedReplayBuffer(
+            workload.spec, workload.num_envs, workload.max_length, episode_boundaries=True
+        )
+        _TFBuffer.__init__(self, workload, buffer)
+
+
+class TFBuffersPyPrioritizedEpisodes(_Episodes, TFBuffersPyPrioritized):
+    """tfbuffers.PyPrioritizedReplayBuffer(episode_boundaries=True)."""
+
+    name = "tfbuffers py prioritized episodes"
+
+    def __init__(self, workload: Workload) -> None:
+        System.__init__(self, workload)
+        self.buffer = tfbuffers.PyPrioritizedReplayBuffer(
+            workload.spec, batch_size=workload.num_envs, max_length=workload.max_length, episode_boundaries=True
+        )
+
+
+class TFBuffersPyFrameStacks(TFBuffersPy):
+    """tfbuffers.PyUniformReplayBuffer(frame_stacks="observation"), fed real stacks.
+
+    Each add's observation is each environment's newest 4 frames: the previous add's
+    last 3 and a new one (a batch's random frame stamped with the add number, so that
+    no two frames are alike), reset to a new frame repeated every `STACK_EPISODE` adds.
+    """
+
+    name = "tfbuffers py frame stacks"
+
+    def __init__(self, workload: Workload) -> None:
+        System.__init__(self, workload)
+        self.buffer = tfbuffers.PyUniformReplayBuffer(
+            workload.spec,
+            batch_size=workload.num_envs,
+            max_length=workload.max_length,
+            frame_stacks="observation",
+        )
+        self._stacks: np.ndarray | None = None
+        self._adds = 0
+
+    @classmethod
+    def applies(cls, workload: Workload) -> bool:
+        return workload.observation.shape.rank == 3  # [height, width, stacked frames]
+
+    def add(self, batch: Any) -> None:  # type: ignore[override]
+        frames = batch.observation[..., -1].copy()  # [envs, height, width]
+        frames.reshape(len(frames), -1)[:, :8] = np.frombuffer(np.int64(self._adds).tobytes(), np.uint8)
+        if self._stacks is None or self._adds % STACK_EPISODE == 0:
+            self._stacks = np.repeat(frames[..., None], batch.observation.shape[-1], axis=-1)
+        else:
+            self._stacks = np.concatenate([self._stacks[..., 1:], frames[..., None]], axis=-1)
+        self._adds += 1
+        self.buffer.add_batch(batch._replace(observation=self._stacks))
+
+    variant = True
+
+    def stored_bytes(self) -> int:
+        return self.buffer._table.nbytes()
 
 
 class TFAgentsPy(System):
@@ -784,6 +930,11 @@ SYSTEMS: list[type[System]] = [
     TFAgentsPy,
     TFBuffersTFPrioritized,
     TFBuffersPyPrioritized,
+    TFBuffersTFEpisodes,
+    TFBuffersPyEpisodes,
+    TFBuffersTFPrioritizedEpisodes,
+    TFBuffersPyPrioritizedEpisodes,
+    TFBuffersPyFrameStacks,
     Cpprb,
     CpprbPER,
     TFBuffersReverb,
@@ -880,6 +1031,7 @@ def run_workload(
 ) -> dict[str, Any]:
     """Builds and fills every system of `classes`, then runs every measure on each in turn, `repetitions` times."""
     batches = numpy_batches(workload, 64)
+    classes = [cls for cls in classes if cls.applies(workload)]
     systems: list[System] = []
     given: dict[str, list[Any]] = {}  # each system's batches
     memory: dict[str, dict[str, float | None]] = {}
@@ -922,11 +1074,11 @@ def run_workload(
                 updated = system.sample_update(sample_batches)
                 if updated is not None:
                     samples["sample_update"][system.name].append(sample_batches * frames_per_sample / updated)
-                deterministic = system.deterministic_pass(pass_elements)
+                deterministic = None if system.variant else system.deterministic_pass(pass_elements)
                 if deterministic is not None:
                     samples["deterministic_pass"][system.name].append(deterministic[1] / deterministic[0])
                 with tempfile.TemporaryDirectory() as directory:
-                    saved = system.save_load(pathlib.Path(directory))
+                    saved = None if system.variant else system.save_load(pathlib.Path(directory))
                 if saved is not None:
                     save, load, size = saved
                     samples["save"][system.name].append(size / save / 1e6)
@@ -936,7 +1088,7 @@ def run_workload(
     file_memory = {}
     for system in systems:
         with tempfile.TemporaryDirectory() as directory:
-            measured = system.file_memory(pathlib.Path(directory))
+            measured = None if system.variant else system.file_memory(pathlib.Path(directory))
         if measured is not None:
             file_memory[system.name] = measured
     for system in systems:
@@ -1002,7 +1154,7 @@ def markdown(results: dict[str, Any]) -> str:
             ("stored_bytes_per_frame", "stored bytes/frame"),
             ("resident_bytes_per_frame", "resident bytes/frame (RSS)"),
         ):
-            cells = [_fmt(result["memory"][name][key]) for name in names]
+            cells = [_fmt(result["memory"].get(name, {}).get(key)) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         if result.get("files"):
             lines += [
@@ -1035,6 +1187,11 @@ def markdown(results: dict[str, Any]) -> str:
         for measure, row in ratios(result).items():
             for pair, value in row.items():
                 lines.append(f"| {MEASURES[measure]} | {pair} | {value:.2f}x |")
+        for ours, theirs in OURS.items():
+            resident = [result["memory"].get(name, {}).get("resident_bytes_per_frame") for name in (ours, theirs)]
+            if all(resident):
+                ratio = resident[0] / resident[1]
+                lines.append(f"| resident bytes/frame (RSS) | {ours} / {theirs} | {ratio:.2f}x |")
         lines.append("")
     return "\n".join(lines)
 

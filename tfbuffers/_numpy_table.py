@@ -84,6 +84,7 @@ class FrameStackTable(NumpyTable):
         self.stacks = dict(stacks)
         self.pools: dict[int, FrameBuffer] = {}
         self.handles: dict[int, np.ndarray] = {}
+        self._previous: dict[int, np.ndarray] = {}  # the handles of the last rows written, per field
         super().__init__(fields, num_rows)
 
     def _allocate(self, index: int, field: Field) -> np.ndarray:
@@ -92,7 +93,7 @@ class FrameStackTable(NumpyTable):
         shape = field.spec.shape.as_list()
         axis = self.stacks[index]
         depth = shape[axis]
-        pool = FrameBuffer(capacity_hint=self.num_rows + 4 * depth)
+        pool = FrameBuffer(capacity_hint=self.num_rows + self.num_rows // 64 + 4 * depth)  # slack: untouched
         zero = pool.add_frames(np.zeros([1, *shape[:axis], *shape[axis + 1 :]], field.spec.dtype.as_numpy_dtype))
         pool.reference(np.repeat(zero, self.num_rows * depth - 1))  # every row's every frame, unwritten
         self.pools[index] = pool
@@ -127,7 +128,19 @@ class FrameStackTable(NumpyTable):
         pool, handles = self.pools[index], self.handles[index]
         frames = np.moveaxis(np.asarray(rows), self.stacks[index] + 1, 1)  # [n, depth, *frame]
         count, depth = frames.shape[:2]
-        new = pool.add_frames(frames.reshape(count * depth, *frames.shape[2:])).reshape(count, depth)
+        previous = self._previous.get(index)
+        if previous is not None and len(previous) == count and depth > 1:
+            # An add's stacks are usually the previous add's shifted by one frame: where the bytes say so, the
+            # older frames keep their handles and only the newest frame is looked up.
+            shifted = (pool.gather(previous[:, 1:]) == frames[:, :-1]).reshape(count, -1).all(axis=1)
+        else:
+            shifted = np.zeros(count, bool)
+        new = np.empty([count, depth], np.int64)
+        new[shifted, :-1] = previous[shifted, 1:] if shifted.any() else 0
+        pool.reference(new[shifted, :-1].ravel())
+        new[shifted, -1] = pool.add_frames(frames[shifted, -1])
+        new[~shifted] = pool.add_frames(frames[~shifted].reshape(-1, *frames.shape[2:])).reshape(-1, depth)
+        self._previous[index] = new
         old = handles[first_row : first_row + count].ravel().copy()
         handles[first_row : first_row + count] = new
         pool.release(old)  # after the adds: frames the old and new rows share are never freed in between
