@@ -180,3 +180,33 @@ def test_py_hashed_replay_buffer_takes_tf_agents_arguments(caplog):
     assert len(buffer.frame_buffer) == 11  # frames 3..13: adds 2..9 held, the older frames freed
     with pytest.raises(ValueError, match="data_spec: expected the spec of a tf_agents Trajectory"):
         tfbuffers.PyHashedReplayBuffer(SPEC, 8)
+
+
+def test_adds_after_a_clear_or_restore_stay_exact():
+    # A restore replaces every row's frames, a clear keeps them until overwritten: the adds after either, whose
+    # stacks continue the ones held before, must still give the plain buffer's rows.
+    def make(**options):
+        return tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=6, seed=9, **options)
+
+    plain, stacked, other = make(), make(frame_stacks="pixels"), make()
+    adds = list(stacked_adds(np.random.default_rng(4), 2, 30, episode=50))
+    for items in adds[:10]:
+        plain.add_batch(items)
+        stacked.add_batch(items)
+    for items in adds[20:27]:
+        other.add_batch(items)
+    plain.restore_state(other.state())
+    stacked.restore_state(other.state())
+    for items in adds[10:14]:  # stacks that continue the ones held before the restore
+        plain.add_batch(items)
+        stacked.add_batch(items)
+    assert_same(plain.gather_all(), stacked.gather_all())
+    plain.clear()
+    stacked.clear()
+    for items in adds[14:20]:
+        plain.add_batch(items)
+        stacked.add_batch(items)
+    assert_same(plain.gather_all(), stacked.gather_all())
+    assert_same(plain.get_next(20, 2), stacked.get_next(20, 2))
+    pool = stacked._table.pools[1]
+    assert len(pool) == len(np.unique(stacked._table.handles[1]))  # nothing held that no row holds

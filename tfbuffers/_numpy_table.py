@@ -132,7 +132,9 @@ class FrameStackTable(NumpyTable):
         if previous is not None and len(previous) == count and depth > 1:
             # An add's stacks are usually the previous add's shifted by one frame: where the bytes say so, the
             # older frames keep their handles and only the newest frame is looked up.
-            shifted = (pool.gather(previous[:, 1:]) == frames[:, :-1]).reshape(count, -1).all(axis=1)
+            # Only handles still held (a clear or restore since may have freed them), and only equal bytes.
+            shifted = pool.held(previous[:, 1:]).all(axis=1)
+            shifted &= (pool.gather(previous[:, 1:]) == frames[:, :-1]).reshape(count, -1).all(axis=1)
         else:
             shifted = np.zeros(count, bool)
         new = np.empty([count, depth], np.int64)

@@ -168,6 +168,11 @@ class FrameBuffer(tf.train.experimental.PythonState):
         slots, counts = np.unique(handles, return_counts=True)
         self._counts[slots] += counts
 
+    def held(self, handles: np.ndarray) -> np.ndarray:
+        """Whether each handle (any shape) is a frame held now."""
+        inside = (handles >= 0) & (handles < self._top)
+        return inside & (self._counts[np.where(inside, handles, 0)] > 0)
+
     def release(self, handles: np.ndarray) -> None:
         """Drops one reference for each handle; frames left with none are freed.
 
