@@ -102,14 +102,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
           dataset_drop_remainder: As in `TFUniformReplayBuffer`.
           dataset_window_shift: As in `TFUniformReplayBuffer`.
           stateful_dataset: Accepted for TF-Agents compatibility; ignored.
-          episode_boundaries: Keep windows of `num_steps` frames within one episode: True
-            reads the `step_type` field (a TF-Agents `Trajectory`'s), a nest path names
-            another integer scalar field of TF-Agents step types (FIRST 0, MID 1, LAST 2).
-            Samples are then uniform over the windows that cross no LAST -> FIRST boundary
-            (in proportion to priority, for a prioritized buffer), with exact
-            probabilities; the deterministic pass and `epoch_dataset` yield those windows
-            only. Single frames are never affected. It costs a few passes over the
-            step types per sampled batch (see docs/benchmarks.md).
+          episode_boundaries: As in `TFUniformReplayBuffer`.
           frame_stacks: Fields of stacked frames (Atari's `uint8[84, 84, 4]`) to store
             each distinct frame of once (`tfbuffers.frames`): a nest path (stacked
             along the last axis), a list of paths, or a dict of path to stacking axis.
