@@ -129,17 +129,16 @@ class FrameStackTable(NumpyTable):
         frames = np.moveaxis(np.asarray(rows), self.stacks[index] + 1, 1)  # [n, depth, *frame]
         count, depth = frames.shape[:2]
         previous = self._previous.get(index)
+        new = np.empty([count, depth], np.int64)
+        shifted = np.zeros(count, bool)
         if previous is not None and len(previous) == count and depth > 1:
             # An add's stacks are usually the previous add's shifted by one frame: where the bytes say so, the
-            # older frames keep their handles and only the newest frame is looked up.
-            # Only handles still held (a clear or restore since may have freed them), and only equal bytes.
+            # older frames keep their handles and only the newest frame is looked up. Only handles still
+            # held (a restore may have freed them since), and only equal bytes.
             shifted = pool.held(previous[:, 1:]).all(axis=1)
             shifted &= (pool.gather(previous[:, 1:]) == frames[:, :-1]).reshape(count, -1).all(axis=1)
-        else:
-            shifted = np.zeros(count, bool)
-        new = np.empty([count, depth], np.int64)
-        new[shifted, :-1] = previous[shifted, 1:] if shifted.any() else 0
-        pool.reference(new[shifted, :-1].ravel())
+            new[shifted, :-1] = previous[shifted, 1:]
+            pool.reference(new[shifted, :-1].ravel())
         new[shifted, -1] = pool.add_frames(frames[shifted, -1])
         new[~shifted] = pool.add_frames(frames[~shifted].reshape(-1, *frames.shape[2:])).reshape(-1, depth)
         self._previous[index] = new
