@@ -322,22 +322,38 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     classes, left_out = benchmark.available_systems()  # all of them on the pinned stack; no Reverb past 3.11
     systems = {cls.name for cls in classes}
     assert results["systems"] == [cls.name for cls in classes] and results["left_out"] == left_out
-    for result in results["workloads"].values():
+    episodes = {"tfbuffers TF episodes", "tfbuffers TF prioritized episodes"}
+    for name, result in results["workloads"].items():
         measures = result["measures"]
-        assert set(measures["add_eager"]) == systems - {"tf.data ceiling"}
-        assert set(measures["add_graph"]) == {
-            "tfbuffers TF",
-            "TF-Agents TF",
-            "tfbuffers TF prioritized",
-            "bare tf.Variable",
-        }
-        # cpprb where it installs (wheels up to Python 3.12).
-        assert set(measures["sample_update"]) == {"tfbuffers TF prioritized", "tfbuffers py prioritized"} | (
-            systems & {"cpprb PER"}
+        # Frame stacks need stacked observations: the atari workload only.
+        present = systems - ({"tfbuffers py frame stacks"} if name == "control" else set())
+        assert set(measures["add_eager"]) == present - {"tf.data ceiling"}
+        assert (
+            set(measures["add_graph"])
+            == {
+                "tfbuffers TF",
+                "TF-Agents TF",
+                "tfbuffers TF prioritized",
+                "bare tf.Variable",
+            }
+            | episodes
         )
-        assert set(measures["sample_dataset"]) == systems - {"numpy limit", "cpprb uniform", "cpprb PER"}
-        assert set(measures["get_next"]) == systems - {"TF-Agents Reverb", "tf.data ceiling"}
+        # cpprb where it installs (wheels up to Python 3.12).
+        assert set(measures["sample_update"]) == {
+            "tfbuffers TF prioritized",
+            "tfbuffers py prioritized",
+            "tfbuffers TF prioritized episodes",
+            "tfbuffers py prioritized episodes",
+        } | (systems & {"cpprb PER"})
+        assert set(measures["sample_dataset"]) == present - {"numpy limit", "cpprb uniform", "cpprb PER"}
+        assert set(measures["get_next"]) == present - {"TF-Agents Reverb", "tf.data ceiling"}
+        # The variants (an option against the same buffer) run no deterministic pass and no files.
         assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
+        assert "tfbuffers TF episodes / tfbuffers TF" in result["ratios"]["sample_dataset"]
+        if name == "atari":
+            stacked = result["memory"]["tfbuffers py frame stacks"]["stored_bytes_per_frame"]
+            assert stacked < 0.3 * result["workload"]["payload_bytes"]
+            assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
         assert all(entry["median"] > 0 and entry["runs"] == 1 for m in measures.values() for entry in m.values())
         payload, frames = result["workload"]["payload_bytes"], result["workload"]["frames"]
         # The payload and nothing else, but the TF buffer's one int64 add counter.
