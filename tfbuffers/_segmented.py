@@ -376,8 +376,11 @@ class SegmentedReplayBuffer(ReplayBuffer):
         num_steps = self._check_num_steps(num_steps)
         steps = num_steps or 1
         if self._episodes and steps > 1:
-            types = tf.nest.flatten(self.gather_all())[self._step_field]  # [batch_size, frames]
-            types = np.lib.stride_tricks.sliding_window_view(np.asarray(types), steps, axis=1)
+            # The step types alone, oldest first by id (time-major), as [batch_size, frames per segment].
+            path = self._fields[self._step_field].path
+            types = np.asarray(self.sample_by_index(np.arange(self.size), [path])[path])
+            types = types.reshape(-1, self._batch_size).T
+            types = np.lib.stride_tricks.sliding_window_view(types, steps, axis=1)
             return int(np.count_nonzero(_within_episodes(np, types))) // sample_batch_size
         per_segment = self.size // self._batch_size
         return max(per_segment - steps + 1, 0) * self._batch_size // sample_batch_size

@@ -92,7 +92,9 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
         if getattr(data_spec, "_fields", None) != TRAJECTORY_FIELDS:
             raise ValueError(NOT_A_TRAJECTORY_SPEC.format(received=type(data_spec).__name__))
         if log_interval is not None and (isinstance(log_interval, bool) or not isinstance(log_interval, int)):
-            raise TypeError(f"log_interval: expected None or an int, got {type(log_interval).__name__}")
+            raise TypeError(
+                f"log_interval: expected None or an int, got {type(log_interval).__name__} {log_interval!r}"
+            )
         super().__init__(
             data_spec,
             capacity,
