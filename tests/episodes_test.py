@@ -223,3 +223,144 @@ def test_the_option_survives_a_file(tmp_path, kind):
     assert loaded.episode_boundaries is True
     items, _ = loaded.get_next(sample_batch_size=50, num_steps=2)
     assert {tuple(w) for w in np.asarray(items["code"]).tolist()} == {(0, 1), (2, 3), (3, 4)}
+
+
+# The adds' record of cuts (tfbuffers._episodes) and the draws made from it.
+
+
+def reference_cuts(types_by_segment: list[list[int]], max_length: int) -> list[list[int]]:
+    """Per segment, the add numbers e of stored frames followed by a stored frame of another episode."""
+    cuts = []
+    for types in types_by_segment:
+        stored = range(max(len(types) - max_length, 0), len(types) - 1)
+        cuts.append([e for e in stored if types[e] == LAST or types[e + 1] == FIRST])
+    return cuts
+
+
+def live_cuts(buffer) -> list[list[int]]:
+    inner = underlying(buffer)
+    ends, tail, count = (np.asarray(x) for x in inner._cuts)
+    batch_size, max_length = inner.batch_size, inner.max_length
+    return [[int(ends[(k % max_length) * batch_size + b]) for k in range(tail[b], count[b])] for b in range(batch_size)]
+
+
+def test_the_adds_keep_the_record_of_cuts_through_wraps_clear_and_restore(kind):
+    rng = np.random.default_rng(3)
+    batch_size, max_length, num_adds = 3, 5, 23
+    types = [rng.choice([FIRST, MID, LAST], size=num_adds, p=[0.3, 0.4, 0.3]).tolist() for _ in range(batch_size)]
+    buffer = make_buffer(kind, batch_size, max_length, SPEC, episode_boundaries=True)
+    for t in range(num_adds):
+        fill(buffer, [segment[t : t + 1] for segment in types])
+        assert live_cuts(buffer) == reference_cuts([segment[: t + 1] for segment in types], max_length), t
+    assert any(live_cuts(buffer))  # the record holds cuts, some recorded before the rings wrapped
+    state = underlying(buffer).state()
+    buffer.clear()
+    assert live_cuts(buffer) == [[], [], []]
+    fill(buffer, [[MID, LAST, FIRST]] * batch_size)
+    assert live_cuts(buffer) == [[1]] * batch_size
+    underlying(buffer).restore_state(state)
+    assert live_cuts(buffer) == reference_cuts(types, max_length)
+    fill(buffer, [[FIRST]] * batch_size)  # adds go on from the restored record
+    assert live_cuts(buffer) == reference_cuts([segment + [FIRST] for segment in types], max_length)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "tensorflow"])
+@pytest.mark.parametrize("seed", range(3))
+def test_draw_k_is_the_kth_window_within_an_episode(backend, seed):
+    from tfbuffers import _episodes, _sampling
+
+    rng = np.random.default_rng(seed)
+    batch_size, max_length = int(rng.integers(1, 5)), int(rng.integers(3, 14))
+    num_adds, num_steps = int(rng.integers(1, 3 * max_length)), int(rng.integers(2, max_length + 1))
+    types = [rng.choice([FIRST, MID, MID, LAST], size=num_adds).tolist() for _ in range(batch_size)]
+    buffer = conftest.make("py", SPEC, batch_size, max_length, episode_boundaries=True)
+    fill(buffer, types)
+    # Windows numbered segment by segment, oldest first: their first frames' ids.
+    expected = [
+        window[0] % 1000 * batch_size + window[0] // 1000 for window in reference_windows(types, max_length, num_steps)
+    ]
+    b = _sampling.numpy_backend(rng) if backend == "numpy" else _sampling.TENSORFLOW
+    cuts = buffer._cuts if backend == "numpy" else _episodes.Cuts(*map(tf.constant, buffer._cuts))
+    added = num_adds if backend == "numpy" else tf.constant(num_adds, tf.int64)
+    spans = _episodes.intervals(b, cuts, added, max_length, batch_size, num_steps)
+    assert int(np.sum(spans.valid)) == len(expected)
+    draws = np.arange(len(expected), dtype=np.int64)
+    first = _episodes.nth_valid_starts(
+        b, spans, draws if backend == "numpy" else tf.constant(draws), added, max_length, batch_size
+    )
+    assert np.asarray(first).tolist() == expected
+    crossing = np.asarray(_episodes.interval_rows(b, spans, max_length, batch_size))
+    windows = num_adds - min(num_adds, max_length) + np.arange(max(min(num_adds, max_length) - num_steps + 1, 0))
+    all_rows = {(a % max_length) * batch_size + s for a in windows for s in range(batch_size)}
+    expected_rows = {(i // batch_size % max_length) * batch_size + i % batch_size for i in expected}
+    assert sorted(crossing.tolist()) == sorted(all_rows - expected_rows)  # each crossing start once
+
+
+@pytest.mark.parametrize("share", ["most_weight_within", "most_weight_crossing"])
+@pytest.mark.parametrize("kind_name", [name for name, kind in conftest.BUFFER_KINDS.items() if not kind.uniform])
+def test_prioritized_episode_draws_are_exact_whether_rejection_keeps_enough_or_not(kind_name, share):
+    # Most weight within episodes: the draws from the tree that land on crossing windows are left out. Most
+    # on crossing windows: too few draws are kept, and the batch is drawn in one pass over every row.
+    types = [episode_types([6, 4, 7], 40), episode_types([5, 9], 40)]
+    max_length, num_steps = 32, 3
+    tf.random.set_seed(5)
+    buffer = conftest.make(kind_name, SPEC, 2, max_length, seed=5, priority_exponent=1.0, episode_boundaries=True)
+    fill(buffer, types)
+    expected = reference_windows(types, max_length, num_steps)
+    starts = {window[0] for window in expected}
+    stored = np.arange(40 - max_length, 40)
+    codes = (np.arange(2)[None, :] * 1000 + stored[:, None]).ravel()
+    ids = (stored[:, None] * 2 + np.arange(2)).ravel()
+    crossing_weight = 1.0 if share == "most_weight_within" else 5000.0
+    priorities = np.array([(1.0 + code % 3) if code in starts else crossing_weight for code in codes])
+    buffer.update_priorities(ids, priorities)
+    weight_of = dict(zip(codes.tolist(), priorities))
+    weights = np.array([weight_of[window[0]] for window in expected])
+    probabilities = weights / weights.sum()
+    items, info = buffer.get_next(sample_batch_size=5000, num_steps=num_steps)
+    index = {window: i for i, window in enumerate(expected)}
+    drawn = np.array([index[tuple(window)] for window in np.asarray(items["code"]).tolist()])
+    np.testing.assert_allclose(np.asarray(info.probabilities), probabilities[drawn].astype(np.float32), rtol=1e-6)
+    counts = np.bincount(drawn, minlength=len(expected))
+    assert chi_square_p_value_against(counts, probabilities) > 1e-3
+
+
+@pytest.mark.parametrize("kind_name", ["tf", "tf_prioritized", "py"])
+def test_samples_overlapping_adds_stay_within_episodes(kind_name):
+    # Full rings of 8 (each holds a window of 3 within an episode): every add drops the oldest frame and, often,
+    # the cut after it, while samples read.
+    import threading
+    import time
+
+    types = episode_types([3, 1, 5, 2, 4], 50_000)
+    buffer = conftest.make(kind_name, SPEC, 2, 8, episode_boundaries=True)
+    add = buffer.add_batch if kind_name == "py" else tf.function(buffer.add_batch)
+    for t in range(8):
+        add({"step_type": np.full([2], types[t], np.int32), "code": np.array([t, 100_000 + t])})
+    stop, errors, adds = threading.Event(), [], [8]
+
+    def write() -> None:
+        try:
+            while not stop.is_set() and adds[0] < len(types):
+                t = adds[0]
+                add({"step_type": np.full([2], types[t], np.int32), "code": np.array([t, 100_000 + t])})
+                adds[0] += 1
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    samples, deadline = 0, time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline or samples < 20:
+            items, _ = buffer.get_next(sample_batch_size=16, num_steps=3)
+            codes, steps = np.asarray(items["code"]) % 100_000, np.asarray(items["step_type"])
+            np.testing.assert_array_equal(np.diff(codes, axis=1), 1)  # whole windows
+            np.testing.assert_array_equal(steps, np.asarray(types)[codes])  # not torn
+            assert not ((steps[:, :-1] == LAST) | (steps[:, 1:] == FIRST)).any(), codes
+            samples += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors
+    assert samples >= 20 and adds[0] > 100

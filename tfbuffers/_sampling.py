@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sum_tree
+from tfbuffers import _episodes, _ring, _sum_tree
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
 NO_PRIORITY = (
@@ -71,6 +71,14 @@ class Backend(NamedTuple):
     """`(x, shape)`: `x` reshaped."""
     cast: Callable[[Any, Any], Any]
     """`(x, dtype)`: `x` as the numpy `dtype` (`np.int64`, `np.float64`)."""
+    repeat: Callable[[Any, Any], Any]
+    """`(values, counts)`: each of the 1-D `values` repeated its count of times."""
+    boolean_mask: Callable[[Any, Any], Any]
+    """`(x, mask)`: the entries of `x` where `mask` (1-D) is True."""
+    sum: Callable[[Any], Any]
+    """`(x)`: the sum along axis 0 (0 for none)."""
+    any_last: Callable[[Any], Any]
+    """`(x)`: whether any entry along the last axis is True."""
 
 
 def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.Tensor:
@@ -110,6 +118,10 @@ TENSORFLOW = Backend(
     concat=lambda arrays: tf.concat(arrays, 0),
     reshape=tf.reshape,
     cast=lambda x, dtype: tf.cast(x, tf.as_dtype(dtype)),
+    repeat=lambda values, counts: tf.repeat(values, counts),
+    boolean_mask=tf.boolean_mask,
+    sum=lambda x: tf.reduce_sum(x, axis=0),
+    any_last=lambda x: tf.reduce_any(x, axis=-1),
 )
 
 
@@ -137,6 +149,10 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         concat=lambda arrays: np.concatenate(arrays, 0),
         reshape=np.reshape,
         cast=lambda x, dtype: np.asarray(x, dtype),
+        repeat=np.repeat,
+        boolean_mask=lambda x, mask: x[mask],
+        sum=lambda x: np.sum(x, axis=0),
+        any_last=lambda x: np.any(x, axis=-1),
     )
 
 
@@ -153,10 +169,6 @@ class Sample(NamedTuple):
     invalid_message: str = ""
 
 
-FIRST, LAST = 0, 2
-"""TF-Agents' `StepType` values: an episode boundary lies between a LAST frame and the next, or before a FIRST."""
-
-
 def valid_window_starts(
     backend: Backend, step_types: Any, added: Any, max_length: int, batch_size: int, num_steps: int
 ) -> Any:
@@ -165,7 +177,8 @@ def valid_window_starts(
     It can when it is stored (one segment, consecutive frames, none past the newest)
     and crosses no episode boundary: none of its frames but the last is a LAST
     frame, none but the first a FIRST frame. A few vectorised passes over the
-    step-type column (`[capacity]`, storage row order), whatever the batch.
+    step-type column (`[capacity]`, storage row order), whatever the batch: the
+    prioritized sampler's exact pass when rejection kept too few draws.
     """
     ops = backend.ops
     positions = ops.arange(max_length)
@@ -174,7 +187,7 @@ def valid_window_starts(
     stored = (positions - _ring.oldest_add(ops, added, max_length) % max_length) % max_length < windows
     types = backend.reshape(step_types, [max_length, batch_size])
     following = backend.concat([types[1:], types[:1]])  # the next position's frames (the newest's is never read)
-    cut = (types == LAST) | (following == FIRST)  # a boundary between position p and p + 1
+    cut = _episodes.is_cut(types, following)  # a boundary between position p and p + 1
     if num_steps == 2:
         crossing = cut
     else:
@@ -190,14 +203,16 @@ class Sampler(abc.ABC):
 
     Windows never leave a segment, never read past the newest frame nor into an
     overwritten row: a sampler picks among the windows the counter says are stored.
-    With `step_types` set (a buffer's `episode_boundaries`), windows of more than
-    one frame never cross an episode boundary either: draws are uniform (or in
-    proportion to priority) over the windows within one episode, with exact
-    probabilities, from one running sum over the rows (no rejection).
+    With `step_types` and `cuts` set (a buffer's `episode_boundaries`), windows of
+    more than one frame never cross an episode boundary either: draws are uniform
+    (or in proportion to priority) over the windows within one episode, with exact
+    probabilities, from the adds' record of cuts (`tfbuffers._episodes`).
     """
 
     step_types: Callable[[], Any] | None = None
     """Returns the step-type column (`[capacity]`, storage row order), or None: no episode boundaries."""
+    cuts: Callable[[], _episodes.Cuts] | None = None
+    """Returns the buffer's record of episode cuts (see `tfbuffers._episodes`), with `step_types`."""
 
     def __init__(self, buffer_name: str, batch_size: int, max_length: int) -> None:
         """A sampler for a ring of `batch_size` segments of `max_length` rows; errors name `buffer_name`."""
@@ -226,19 +241,24 @@ class Sampler(abc.ABC):
     def _windows_from(self, backend: Backend, first_rows: Any, added: Any, num_steps: int | None) -> tuple[Any, Any]:
         """Ids and rows of the windows whose first frames are at storage rows `first_rows`."""
         first = _ring.ids_of_rows(backend.ops, first_rows, added, self._max_length, self._batch_size)
+        return self._windows_of_ids(backend, first, num_steps)
+
+    def _windows_of_ids(self, backend: Backend, first: Any, num_steps: int | None) -> tuple[Any, Any]:
+        """Ids and rows of the windows whose first frames have ids `first`."""
         ids = first[..., None] + backend.ops.arange(num_steps or 1) * self._batch_size
         rows = _ring.rows_of_ids(ids, self._max_length, self._batch_size)
         if num_steps is None:
             return ids[..., 0], rows[..., 0]
         return ids, rows
 
-    def _episode_windows(self, backend: Backend, added: Any, num_steps: int | None) -> Any:
-        """`valid_window_starts` when episode boundaries apply to windows of `num_steps`, else None."""
-        if self.step_types is None or (num_steps or 1) == 1:
+    def _episode_spans(self, backend: Backend, added: Any, num_steps: int | None) -> _episodes.Intervals | None:
+        """The starts that cross a cut (`_episodes.intervals`) when episode boundaries apply, else None."""
+        if self.cuts is None or (num_steps or 1) == 1:
             return None  # a single frame never crosses a boundary
-        return valid_window_starts(
-            backend, self.step_types(), added, self._max_length, self._batch_size, num_steps or 1
-        )
+        return _episodes.intervals(backend, self.cuts(), added, self._max_length, self._batch_size, num_steps or 1)
+
+    def _no_window(self, num_steps: int | None) -> str:
+        return NO_EPISODE_WINDOW.format(buffer=self._buffer_name, num_steps=num_steps)
 
     @abc.abstractmethod
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
@@ -251,27 +271,30 @@ class Sampler(abc.ABC):
 
 
 class UniformSampler(Sampler):
-    """Every window that can be drawn equally likely: probability `1 / windows`."""
+    """Every window that can be drawn equally likely: probability `1 / windows`.
+
+    With episode boundaries, draw `k` is the k-th window within an episode
+    (`_episodes.nth_valid_starts`): O(live cuts) to count them, then a search
+    per draw; no rejection.
+    """
 
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
         windows, checks = self._require_windows(backend, added, num_steps)
-        valid = self._episode_windows(backend, added, num_steps)
-        if valid is None:
+        spans = self._episode_spans(backend, added, num_steps)
+        if spans is None:
             draws = backend.uniform_integers(shape, windows, checks)
             ids, rows = self._windows(backend, draws, added, num_steps)
             return Sample(ids, rows, backend.full_inverse(shape, backend.ops.maximum(windows, 1)))
-        running = backend.cumsum(backend.cast(valid, np.int64))
-        count = running[-1]
-        no_window = NO_EPISODE_WINDOW.format(buffer=self._buffer_name, num_steps=num_steps)
+        count = backend.cumsum(spans.valid)[-1]
         if backend is not TENSORFLOW:
-            backend.require(count > 0, no_window)
-        # Draw k lands on the row of the k-th valid window: the first row whose running count exceeds k.
-        first_rows = backend.searchsorted(running, backend.uniform_integers(shape, count, checks))
-        first_rows = backend.ops.minimum(first_rows, self._batch_size * self._max_length - 1)  # torn reads only
-        ids, rows = self._windows_from(backend, first_rows, added, num_steps)
-        return Sample(ids, rows, backend.full_inverse(shape, backend.ops.maximum(count, 1)), count > 0, no_window)
+            backend.require(count > 0, self._no_window(num_steps))
+        draws = backend.uniform_integers([sample_batch_size or 1], count, checks)
+        first = _episodes.nth_valid_starts(backend, spans, draws, added, self._max_length, self._batch_size)
+        ids, rows = self._windows_of_ids(backend, backend.reshape(first, shape), num_steps)
+        probabilities = backend.full_inverse(shape, backend.ops.maximum(count, 1))
+        return Sample(ids, rows, probabilities, count > 0, self._no_window(num_steps))
 
 
 class PrioritizedSampler(Sampler):
@@ -282,9 +305,14 @@ class PrioritizedSampler(Sampler):
     newest `num_steps - 1` adds of a segment (they would run past the newest frame):
     those rows are masked out of each draw, so the probabilities are exact over
     the windows that can be drawn. Rows not written since the last clear weigh 0.
-    With episode boundaries, the weights of the windows that can be drawn are
-    summed in one pass over the leaves and drawn from by a search in that running
-    sum (O(capacity) per batch rather than O(log capacity) per draw).
+
+    With episode boundaries, the weight of the windows that cross a cut is
+    summed over the cuts' intervals (`_episodes.intervals`) and taken from the
+    total; draws from the tree that land on such a window are left out
+    (rejection, over a number of draws fixed before drawing: the kept draws
+    follow the valid windows' proportions exactly). Should too few be kept, the
+    batch is drawn again in one pass over every row's weight (a running sum and
+    a search), which is exact too.
     """
 
     def __init__(self, buffer_name: str, batch_size: int, max_length: int, tree: Callable[[], Any]) -> None:
@@ -296,9 +324,6 @@ class PrioritizedSampler(Sampler):
         """See `Sampler.sample`. Also fails if every window that can be drawn has priority 0."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
         _, checks = self._require_windows(backend, added, num_steps)
-        valid = self._episode_windows(backend, added, num_steps)
-        if valid is not None:
-            return self._sample_episodes(backend, added, shape, num_steps, checks, valid)
         tree, capacity = self._tree(), self._batch_size * self._max_length
         newest = backend.ops.minimum((num_steps or 1) - 1, added)  # adds whose windows would run past the newest
         masked_rows = _ring.block_start(added - newest, self._max_length, self._batch_size)
@@ -309,6 +334,9 @@ class PrioritizedSampler(Sampler):
         )
         total, positive = _sum_tree.unmasked_total(backend.tree, tree, leaf_mask)
         no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
+        spans = self._episode_spans(backend, added, num_steps)
+        if spans is not None:
+            return self._sample_episodes(backend, added, shape, num_steps, checks, spans, (total, positive, leaf_mask))
         if backend is not TENSORFLOW:
             backend.require(positive > 0, no_priority)
         # Within the leaves even on a torn read (a concurrent clear or update), which is then read again.
@@ -318,24 +346,62 @@ class PrioritizedSampler(Sampler):
         return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority)
 
     def _sample_episodes(
-        self, backend: Backend, added: Any, shape: list[int], num_steps: int | None, checks: list[Any], valid: Any
+        self,
+        backend: Backend,
+        added: Any,
+        shape: list[int],
+        num_steps: int | None,
+        checks: list[Any],
+        spans: _episodes.Intervals,
+        unmasked: tuple[Any, Any, Any],
     ) -> Sample:
-        tree, capacity = self._tree(), self._batch_size * self._max_length
-        size = _sum_tree.leaf_count(capacity)
-        weights = tree[size : size + capacity, _sum_tree.SUM] * backend.cast(valid, np.float64)
-        running = backend.cumsum(weights)
-        total = running[-1]
-        no_window = NO_EPISODE_WINDOW.format(buffer=self._buffer_name, num_steps=num_steps)
-        no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
-        window_count = backend.cumsum(backend.cast(valid, np.int64))[-1]
+        xp, tree, capacity = backend.tree, self._tree(), self._batch_size * self._max_length
+        leaves = _sum_tree.leaf_count(capacity)
+        total, positive, leaf_mask = unmasked
+        step_types = self.step_types
+        assert step_types is not None  # set with `cuts`
+        # The weight of the windows that cross a cut, from their first rows: O(cuts * num_steps).
+        crossing = xp.gather(tree, leaves + _episodes.interval_rows(backend, spans, self._max_length, self._batch_size))
+        within_total = total - backend.sum(crossing[:, _sum_tree.SUM])
+        within_positive = positive - backend.sum(crossing[:, _sum_tree.POSITIVE])
+        window_count = backend.sum(spans.valid)
+        no_window, no_priority = self._no_window(num_steps), NO_PRIORITY.format(buffer=self._buffer_name)
         if backend is not TENSORFLOW:
             backend.require(window_count > 0, no_window)
-            backend.require(total > 0, no_priority)
-        # The last row of weight above 0: where the running sum first reaches the total.
-        last = backend.cumsum(backend.cast(running < total, np.int64))[-1]
-        targets = backend.uniform_floats(shape, checks) * total
-        first_rows = backend.ops.minimum(backend.searchsorted(running, targets), last)
-        ids, rows = self._windows_from(backend, first_rows, added, num_steps)
-        probabilities = backend.float32(backend.tree.gather(weights, first_rows) / total)
+            backend.require(within_positive > 0, no_priority)
+        wanted = shape[0] if shape else 1
+        # Enough draws from the tree that too few land within episodes about once in 10^4 batches while at
+        # least an eighth of the weight is within episodes (below that, more often: then the exact pass).
+        bound = wanted + 4 * float(np.sqrt(wanted)) + 16
+        draws = backend.cast(bound / xp.maximum(within_total / xp.maximum(total, 1e-300), 0.125), np.int64) + 1
+        candidates = backend.draw_leaves(tree, capacity, [draws], checks, total, leaf_mask)
+        candidates = backend.ops.minimum(candidates, capacity - 1)  # torn reads only
+        _, rows = self._windows_from(backend, candidates, added, num_steps)
+        types = xp.gather(step_types(), rows)
+        within = ~backend.any_last(_episodes.is_cut(types[:, :-1], types[:, 1:]))
+        kept = backend.boolean_mask(candidates, within)
+
+        def from_draws() -> tuple[Any, Any]:
+            first_rows = kept[:wanted]
+            return first_rows, xp.gather(tree, leaves + first_rows)[:, _sum_tree.SUM] / within_total
+
+        def in_one_pass() -> tuple[Any, Any]:
+            valid = valid_window_starts(
+                backend, step_types(), added, self._max_length, self._batch_size, num_steps or 1
+            )
+            weights = tree[leaves : leaves + capacity, _sum_tree.SUM] * backend.cast(valid, np.float64)
+            running = backend.cumsum(weights)
+            last = backend.sum(backend.cast(running < running[-1], np.int64))  # the last row weighing above 0
+            targets = backend.uniform_floats([wanted], checks) * running[-1]
+            first_rows = backend.ops.minimum(backend.searchsorted(running, targets), last)
+            return first_rows, xp.gather(weights, first_rows) / running[-1]
+
+        enough = backend.sum(backend.cast(within, np.int64)) >= wanted
+        if backend is TENSORFLOW:
+            first_rows, probabilities = tf.cond(enough, from_draws, in_one_pass)
+        else:
+            first_rows, probabilities = from_draws() if enough else in_one_pass()
+        ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, num_steps)
+        valid = (window_count > 0) & (within_positive > 0)
         message = backend.select(window_count > 0, no_priority, no_window)
-        return Sample(ids, rows, probabilities, total > 0, message)
+        return Sample(ids, rows, backend.float32(backend.reshape(probabilities, shape)), valid, message)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _ring, _sampling, specs
+from tfbuffers import _deterministic, _episodes, _ring, _sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers.replay_buffer import (
     BufferInfo,
@@ -89,6 +89,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """Samples with `sampler`, which reads the step types when episode boundaries are on."""
         if self._episodes:
             sampler.step_types = self._step_types
+            sampler.cuts = self._episode_cuts
         self._sampler = sampler
 
     @property
@@ -508,6 +509,10 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """The step-type column (`[capacity]`, storage row order) for the sampler, under the buffer's read."""
 
     @abc.abstractmethod
+    def _episode_cuts(self) -> Any:
+        """The adds' record of episode cuts (`tfbuffers._episodes.Cuts`) for the sampler, under the buffer's read."""
+
+    @abc.abstractmethod
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
         """The leaves of `fields` (indices into `self.fields`) at `sample_all()` indices (checked here)."""
 
@@ -566,7 +571,7 @@ def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:
 def _within_episodes(xp: Any, types: Any) -> Any:
     """`[...]` bool for step types `[..., num_steps]` (`xp`: numpy or tf): no LAST but last, no FIRST but first."""
     any_ = np.any if xp is np else tf.reduce_any
-    first, last = _sampling.FIRST, _sampling.LAST
+    first, last = _episodes.FIRST, _episodes.LAST
     return ~(any_(types[..., :-1] == last, axis=-1) | any_(types[..., 1:] == first, axis=-1))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sampling, specs
+from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
 from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
@@ -148,6 +148,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._dtypes = [field.spec.dtype for field in self._fields]
         self._segments = np.arange(self._batch_size, dtype=np.int64)
         self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
+        self._cuts = _episodes.empty(self._max_length, self._batch_size)  # kept by adds with episode boundaries
 
     def _num_frames(self) -> Any:
         if not tf.executing_eagerly():
@@ -170,10 +171,32 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
         with self._lock:
             added = self._table.added
+            cut = self._cut_before(added, arrays) if self._episodes else None
             self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
+            if cut is not None:
+                self._record_cut_locked(added, cut)
             self._table.added = added + 1
             self._stored_locked(added)
         return added * self._batch_size + self._segments
+
+    def _cut_before(self, added: int, arrays: list[np.ndarray]) -> np.ndarray:
+        """`[batch_size]` whether an episode ends between each segment's newest frame and `arrays`' (under the lock)."""
+        if not added:
+            return np.zeros([self._batch_size], bool)
+        newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + self._segments
+        return _episodes.is_cut(self._table.column(self._step_field)[newest], arrays[self._step_field])
+
+    def _record_cut_locked(self, added: int, cut: np.ndarray) -> None:
+        cuts = self._cuts
+        head = cuts.ends[(cuts.tail % self._max_length) * self._batch_size + self._segments]
+        tail, count, slots, values = _episodes.add(
+            _sum_tree.NUMPY, cuts, head, cut, added, self._max_length, self._batch_size
+        )
+        cuts.ends[slots] = values
+        self._cuts = _episodes.Cuts(cuts.ends, tail, count)
+
+    def _episode_cuts(self) -> _episodes.Cuts:
+        return self._cuts  # the sampler reads it under the lock
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
@@ -257,6 +280,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._check_open()
             self._table.added = 0
             self._generation += 1
+            self._cuts = _episodes.empty(self._max_length, self._batch_size)
             self._cleared_locked()
         return np.int64(0)
 
@@ -274,6 +298,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 self._table.replace(arrays)
             self._table.added = added
             self._generation += 1
+            if self._episodes:
+                column = self._table.column(self._step_field)
+                self._cuts = _episodes.rebuild(column, added, self._max_length, self._batch_size)
             self._restore_extras_locked(extras)
 
     # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sampling, specs
-from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
+from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
+from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._variable_table import VariableTable
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
@@ -122,8 +122,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             Samples are then uniform over the windows that cross no LAST -> FIRST boundary
             (in proportion to priority, for a prioritized buffer), with exact
             probabilities; the deterministic pass and `epoch_dataset` yield those windows
-            only. Single frames are never affected. It costs a few passes over the
-            step types per sampled batch (see docs/benchmarks.md).
+            only. Single frames are never affected. Adds keep a record of where episodes
+            end (`tfbuffers._episodes`: 8 bytes per frame of capacity, a few ops per add),
+            so a sample costs O(episodes stored) plus a search per draw, not a pass over
+            the buffer (see docs/benchmarks.md).
           wait_for_writers: Whether a write inside a graph (`add_batch` in a driver's
             `tf.function`) that finds another thread's graph write under way waits its turn,
             for up to 10 s, instead of raising at once. It costs a `tf.cond` on every write
@@ -153,8 +155,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             storage = VariableTable(self._fields, self.capacity)
             added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
-        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name.
-        self._untracked(_table=storage, _added=added, _concurrency=concurrency, _functions={})
+            cuts = None
+            if self._episodes:  # the adds' record of episode cuts (see `tfbuffers._episodes`)
+                names = ("cut_ends", "cut_tail", "cut_count")
+                empty = _episodes.empty(max_length, self._batch_size)
+                cuts = _episodes.Cuts(*(tf.Variable(x, trainable=False, name=n) for x, n in zip(empty, names)))
+        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the cuts
+        # follow from the step types).
+        self._untracked(_table=storage, _added=added, _concurrency=concurrency, _functions={}, _cuts=cuts)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -172,10 +180,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._scope
 
     def variables(self) -> tuple[tf.Variable, ...]:
-        """The buffer's variables: the field tables, then the add counter."""
+        """The buffer's variables: the field tables, the add counter, then the episode cuts' (if any)."""
         if self._closed:
             return ()
-        return (*self._table.variables, self._added)
+        return (*self._table.variables, self._added, *(self._cuts or ()))
 
     def _num_frames(self) -> tf.Tensor:
         if tf.executing_eagerly():
@@ -217,7 +225,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                     rows = [start + _OPS.arange(tf.shape(x, out_type=tf.int64)[0]) for x in leaves]
                 else:
                     rows = [start + segments] * len(leaves)
-                writes = self._table.write(rows, leaves) + self._block_written(start)
+                cut_writes = self._cuts_written(added, leaves)  # reads the previous frames' step types first
+                with tf.control_dependencies(cut_writes):
+                    writes = [*cut_writes, *self._table.write(rows, leaves), *self._block_written(start)]
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
@@ -225,6 +235,35 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 return [moved], ids
 
             return self._concurrency.exclusive([*checks, *leaves], write, "add_batch")
+
+    def _cuts_written(self, added: tf.Tensor, leaves: list[Any]) -> list[Any]:
+        """The episode cuts' writes for add number `added` (see `tfbuffers._episodes`), or none."""
+        if self._cuts is None:
+            return []
+        segments = _OPS.arange(self._batch_size)
+        newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + segments
+        previous = tf.gather(self._table.variables[self._step_field], newest)
+        cut = (added > 0) & _episodes.is_cut(previous, leaves[self._step_field])
+        cuts = _episodes.Cuts(self._cuts.ends, self._cuts.tail.read_value(), self._cuts.count.read_value())
+        head = tf.gather(cuts.ends, (cuts.tail % self._max_length) * self._batch_size + segments)
+        tail, count, slots, values = _episodes.add(
+            _sum_tree.TENSORFLOW, cuts, head, cut, added, self._max_length, self._batch_size
+        )
+        with tf.control_dependencies([head, previous]):
+            return [
+                cuts.ends.scatter_update(tf.IndexedSlices(values, slots)),
+                self._cuts.tail.assign(tail, read_value=False),
+                self._cuts.count.assign(count, read_value=False),
+            ]
+
+    def _cuts_cleared(self) -> list[Any]:
+        if self._cuts is None:
+            return []
+        return [variable.assign(tf.zeros_like(variable), read_value=False) for variable in self._cuts[1:]]
+
+    def _episode_cuts(self) -> _episodes.Cuts:
+        # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
+        return _episodes.Cuts(self._cuts.ends, self._cuts.tail.read_value(), self._cuts.count.read_value())
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
@@ -279,11 +318,21 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = self._added.read_value()
-                sample = self._sampler.sample(_sampling.TENSORFLOW, added, sample_batch_size, num_steps)
+                with tf.control_dependencies([added]):  # what the sampler reads is at least as new
+                    sample = self._sampler.sample(_sampling.TENSORFLOW, added, sample_batch_size, num_steps)
                 leaves = self._table.read(sample.rows)
                 checked[:] = [sample.valid is not True]
                 validity = [sample.valid, sample.invalid_message] if checked[0] else []
                 oldest = tf.reduce_min(sample.ids) // self._batch_size
+                if self._cuts is not None and (num_steps or 1) > 1:
+                    # The cuts are read after the counter, so a concurrent add only drops cuts before frames it
+                    # overwrites (windows there fail the check below). Several adds within one read may reuse a
+                    # slot of a cut still read as live: then the draws may be anywhere, and this re-read catches
+                    # any window that crosses an episode or runs past the newest frame.
+                    within = tf.reduce_all(_within_episodes(tf, leaves[self._step_field]))
+                    stored = tf.reduce_max(sample.ids) < added * self._batch_size
+                    whole = (within & stored) | tf.logical_not(sample.valid)
+                    oldest = tf.where(whole, oldest, tf.constant(-1 - self._max_length, tf.int64))
                 return [*leaves, sample.ids, sample.probabilities, *map(tf.convert_to_tensor, validity)], oldest
 
             outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
@@ -318,6 +367,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
         del self._table
+        self._untracked(_cuts=None)
         self._functions.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
         # it captured: they would go at some later full collection, and meanwhile a process
@@ -361,7 +411,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return self._concurrency.checked_read(read, self._added, self._max_length)
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras)]]
+        cuts: list[np.ndarray] = []
+        if self._cuts is not None:  # rebuilt from the step types (a load wrote them to the variable)
+            column = arrays[self._step_field] if arrays else self._table.variables[self._step_field].numpy()
+            cuts = list(_episodes.rebuild(column, added, self._max_length, self._batch_size))
+        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras), *cuts]]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
@@ -369,7 +423,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
                 # `values` are the last of these: all of them, or (a load wrote the rows) the extras' only.
-                targets = [*self._table.variables, *self._restore_targets()]
+                targets = [*self._table.variables, *self._restore_targets(), *(self._cuts or ())]
                 variables = targets[len(targets) - len(values) :]
 
                 def assign() -> list[Any]:
@@ -407,7 +461,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def clear() -> tuple[list[Any], tf.Tensor]:
                 def reset() -> list[Any]:
-                    return [self._added.assign(0, read_value=False), *self._cleared()]
+                    return [self._added.assign(0, read_value=False), *self._cleared(), *self._cuts_cleared()]
 
                 effects = self._concurrency.rewrite(reset)
                 return effects, tf.constant(0, tf.int64)
