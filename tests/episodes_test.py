@@ -225,75 +225,88 @@ def test_the_option_survives_a_file(tmp_path, kind):
     assert {tuple(w) for w in np.asarray(items["code"]).tolist()} == {(0, 1), (2, 3), (3, 4)}
 
 
-# The adds' record of cuts (tfbuffers._episodes) and the draws made from it.
+# The adds' record of episode ends (tfbuffers._episodes) and the draws made with it.
 
 
-def reference_cuts(types_by_segment: list[list[int]], max_length: int) -> list[list[int]]:
-    """Per segment, the add numbers e of stored frames followed by a stored frame of another episode."""
-    cuts = []
-    for types in types_by_segment:
-        stored = range(max(len(types) - max_length, 0), len(types) - 1)
-        cuts.append([e for e in stored if types[e] == LAST or types[e + 1] == FIRST])
-    return cuts
+def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The record of episode ends, by plain loops.
 
+    Each row's distance to its episode's last frame (0: farther than NEAR, or the episode has not ended), the
+    rows' weights summed by distance, and each segment's newest episode end.
+    """
+    from tfbuffers import _episodes
 
-def live_cuts(buffer) -> list[list[int]]:
     inner = underlying(buffer)
-    ends, tail, count = (np.asarray(x) for x in inner._cuts)
     batch_size, max_length = inner.batch_size, inner.max_length
-    return [[int(ends[(k % max_length) * batch_size + b]) for k in range(tail[b], count[b])] for b in range(batch_size)]
+    distance = np.zeros(inner.capacity + 1, np.int8)
+    near = np.zeros([_episodes.NEAR + 1, 3])
+    weights = np.asarray(inner._row_weights(np.arange(inner.capacity)))
+    last_ends = []
+    for segment, types in enumerate(types_by_segment):
+        stored = range(max(len(types) - max_length, 0), len(types))
+        ends = [e for e in stored[:-1] if types[e] == LAST or types[e + 1] == FIRST]
+        last_ends.append(ends[-1] if ends else -1)
+        for t in stored:
+            following = [e for e in ends if e >= t]
+            if following and following[0] - t + 1 <= _episodes.NEAR:
+                row = (t % max_length) * batch_size + segment
+                distance[row] = following[0] - t + 1
+                near[distance[row]] += [weights[row], weights[row] > 0, 1]
+    near[0] = 0
+    return distance, near, last_ends
 
 
-def test_the_adds_keep_the_record_of_cuts_through_wraps_clear_and_restore(kind):
+def assert_record(buffer, types_by_segment: list[list[int]]) -> None:
+    distance, near, last_ends = reference_record(buffer, types_by_segment)
+    record = [np.asarray(x) for x in underlying(buffer)._ends]
+    np.testing.assert_array_equal(record[0][:-1], distance[:-1])  # the last row takes masked-out writes
+    np.testing.assert_allclose(record[1][1:], near[1:], rtol=1e-12)  # row 0 takes masked-out sums
+    assert record[2].tolist() == last_ends
+
+
+def test_the_adds_keep_the_record_of_episode_ends_through_wraps_clear_restore_and_updates(kind):
     rng = np.random.default_rng(3)
-    batch_size, max_length, num_adds = 3, 5, 23
-    types = [rng.choice([FIRST, MID, LAST], size=num_adds, p=[0.3, 0.4, 0.3]).tolist() for _ in range(batch_size)]
+    batch_size, max_length, num_adds = 3, 20, 57
+    types = [rng.choice([FIRST, MID, MID, MID, LAST], size=num_adds).tolist() for _ in range(batch_size)]
     buffer = make_buffer(kind, batch_size, max_length, SPEC, episode_boundaries=True)
+    prioritized = hasattr(underlying(buffer), "update_priorities")
     for t in range(num_adds):
         fill(buffer, [segment[t : t + 1] for segment in types])
-        assert live_cuts(buffer) == reference_cuts([segment[: t + 1] for segment in types], max_length), t
-    assert any(live_cuts(buffer))  # the record holds cuts, some recorded before the rings wrapped
+        if prioritized and t % 5 == 4:  # some rows near an episode's end change weight, one to 0
+            ids = rng.choice((t + 1 - min(t + 1, max_length)) * batch_size + np.arange(min(t + 1, max_length) * 3), 6)
+            buffer.update_priorities(ids, np.append(rng.uniform(0.1, 3.0, 5), 0.0))
+        assert_record(buffer, [segment[: t + 1] for segment in types])
+    assert (np.asarray(underlying(buffer)._ends[0]) > 0).sum() > 10  # rows near ends, some written before the wrap
     state = underlying(buffer).state()
     buffer.clear()
-    assert live_cuts(buffer) == [[], [], []]
+    assert_record(buffer, [[]] * batch_size)
     fill(buffer, [[MID, LAST, FIRST]] * batch_size)
-    assert live_cuts(buffer) == [[1]] * batch_size
+    assert_record(buffer, [[MID, LAST, FIRST]] * batch_size)
     underlying(buffer).restore_state(state)
-    assert live_cuts(buffer) == reference_cuts(types, max_length)
-    fill(buffer, [[FIRST]] * batch_size)  # adds go on from the restored record
-    assert live_cuts(buffer) == reference_cuts([segment + [FIRST] for segment in types], max_length)
+    assert_record(buffer, types)
+    fill(buffer, [[FIRST]] * batch_size)  # adds go on from the rebuilt record
+    assert_record(buffer, [segment + [FIRST] for segment in types])
 
 
-@pytest.mark.parametrize("backend", ["numpy", "tensorflow"])
-@pytest.mark.parametrize("seed", range(3))
-def test_draw_k_is_the_kth_window_within_an_episode(backend, seed):
-    from tfbuffers import _episodes, _sampling
-
-    rng = np.random.default_rng(seed)
-    batch_size, max_length = int(rng.integers(1, 5)), int(rng.integers(3, 14))
-    num_adds, num_steps = int(rng.integers(1, 3 * max_length)), int(rng.integers(2, max_length + 1))
-    types = [rng.choice([FIRST, MID, MID, LAST], size=num_adds).tolist() for _ in range(batch_size)]
-    buffer = conftest.make("py", SPEC, batch_size, max_length, episode_boundaries=True)
+@pytest.mark.parametrize("num_steps", [12, 17, 18])
+@pytest.mark.parametrize("kind_name", list(conftest.BUFFER_KINDS))
+def test_long_windows_and_few_valid_ones_are_drawn_exactly(kind_name, num_steps):
+    # Windows of 17 frames are the longest the record covers, 18 are drawn in one pass; episodes of 12 and
+    # windows of 12 leave a twelfth of the windows valid: too few draws are kept, and the pass draws the batch.
+    lengths = [12] if num_steps == 12 else [25, 19, 30]
+    types = [episode_types(lengths, 90), episode_types(lengths[::-1], 90)]
+    buffer = conftest.make(kind_name, SPEC, 2, 64, episode_boundaries=True)
     fill(buffer, types)
-    # Windows numbered segment by segment, oldest first: their first frames' ids.
-    expected = [
-        window[0] % 1000 * batch_size + window[0] // 1000 for window in reference_windows(types, max_length, num_steps)
-    ]
-    b = _sampling.numpy_backend(rng) if backend == "numpy" else _sampling.TENSORFLOW
-    cuts = buffer._cuts if backend == "numpy" else _episodes.Cuts(*map(tf.constant, buffer._cuts))
-    added = num_adds if backend == "numpy" else tf.constant(num_adds, tf.int64)
-    spans = _episodes.intervals(b, cuts, added, max_length, batch_size, num_steps)
-    assert int(np.sum(spans.valid)) == len(expected)
-    draws = np.arange(len(expected), dtype=np.int64)
-    first = _episodes.nth_valid_starts(
-        b, spans, draws if backend == "numpy" else tf.constant(draws), added, max_length, batch_size
-    )
-    assert np.asarray(first).tolist() == expected
-    crossing = np.asarray(_episodes.interval_rows(b, spans, max_length, batch_size))
-    windows = num_adds - min(num_adds, max_length) + np.arange(max(min(num_adds, max_length) - num_steps + 1, 0))
-    all_rows = {(a % max_length) * batch_size + s for a in windows for s in range(batch_size)}
-    expected_rows = {(i // batch_size % max_length) * batch_size + i % batch_size for i in expected}
-    assert sorted(crossing.tolist()) == sorted(all_rows - expected_rows)  # each crossing start once
+    expected = reference_windows(types, 64, num_steps)
+    assert expected
+    items, info = buffer.get_next(sample_batch_size=300, num_steps=num_steps)
+    drawn = {tuple(window) for window in np.asarray(items["code"]).tolist()}
+    assert drawn <= set(expected)
+    if conftest.BUFFER_KINDS[kind_name].uniform:
+        assert len(drawn) > len(expected) // 2
+        np.testing.assert_array_equal(np.asarray(info.probabilities), np.float32(1 / len(expected)))
+    else:  # every frame has the same priority: uniform over the valid windows too
+        np.testing.assert_allclose(np.asarray(info.probabilities), 1 / len(expected), rtol=1e-6)
 
 
 @pytest.mark.parametrize("share", ["most_weight_within", "most_weight_crossing"])

@@ -71,14 +71,10 @@ class Backend(NamedTuple):
     """`(x, shape)`: `x` reshaped."""
     cast: Callable[[Any, Any], Any]
     """`(x, dtype)`: `x` as the numpy `dtype` (`np.int64`, `np.float64`)."""
-    repeat: Callable[[Any, Any], Any]
-    """`(values, counts)`: each of the 1-D `values` repeated its count of times."""
     boolean_mask: Callable[[Any, Any], Any]
     """`(x, mask)`: the entries of `x` where `mask` (1-D) is True."""
     sum: Callable[[Any], Any]
     """`(x)`: the sum along axis 0 (0 for none)."""
-    any_last: Callable[[Any], Any]
-    """`(x)`: whether any entry along the last axis is True."""
 
 
 def _tf_uniform_integers(shape: list[int], maxval: Any, after: list[Any]) -> tf.Tensor:
@@ -118,10 +114,8 @@ TENSORFLOW = Backend(
     concat=lambda arrays: tf.concat(arrays, 0),
     reshape=tf.reshape,
     cast=lambda x, dtype: tf.cast(x, tf.as_dtype(dtype)),
-    repeat=lambda values, counts: tf.repeat(values, counts),
     boolean_mask=tf.boolean_mask,
     sum=lambda x: tf.reduce_sum(x, axis=0),
-    any_last=lambda x: tf.reduce_any(x, axis=-1),
 )
 
 
@@ -149,10 +143,8 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         concat=lambda arrays: np.concatenate(arrays, 0),
         reshape=np.reshape,
         cast=lambda x, dtype: np.asarray(x, dtype),
-        repeat=np.repeat,
         boolean_mask=lambda x, mask: x[mask],
         sum=lambda x: np.sum(x, axis=0),
-        any_last=lambda x: np.any(x, axis=-1),
     )
 
 
@@ -203,16 +195,22 @@ class Sampler(abc.ABC):
 
     Windows never leave a segment, never read past the newest frame nor into an
     overwritten row: a sampler picks among the windows the counter says are stored.
-    With `step_types` and `cuts` set (a buffer's `episode_boundaries`), windows of
+    With `step_types` and `near` set (a buffer's `episode_boundaries`), windows of
     more than one frame never cross an episode boundary either: draws are uniform
     (or in proportion to priority) over the windows within one episode, with exact
-    probabilities, from the adds' record of cuts (`tfbuffers._episodes`).
+    probabilities. The adds' record of episode ends (`tfbuffers._episodes`) gives
+    how many windows (how much weight) cross a boundary; draws over every stored
+    window that land on one are left out (rejection, over a number of draws fixed
+    before drawing, so the kept ones follow the valid windows' proportions
+    exactly). Should too few be kept, or windows be longer than the record covers,
+    the batch is drawn in one pass over every row instead: the valid starts from
+    the step types, a running sum and a search (exact too, but O(capacity)).
     """
 
     step_types: Callable[[], Any] | None = None
     """Returns the step-type column (`[capacity]`, storage row order), or None: no episode boundaries."""
-    cuts: Callable[[], _episodes.Cuts] | None = None
-    """Returns the buffer's record of episode cuts (see `tfbuffers._episodes`), with `step_types`."""
+    near: Callable[[], _episodes.Near] | None = None
+    """Returns the adds' record of episode ends (see `tfbuffers._episodes`), with `step_types`."""
 
     def __init__(self, buffer_name: str, batch_size: int, max_length: int) -> None:
         """A sampler for a ring of `batch_size` segments of `max_length` rows; errors name `buffer_name`."""
@@ -241,24 +239,56 @@ class Sampler(abc.ABC):
     def _windows_from(self, backend: Backend, first_rows: Any, added: Any, num_steps: int | None) -> tuple[Any, Any]:
         """Ids and rows of the windows whose first frames are at storage rows `first_rows`."""
         first = _ring.ids_of_rows(backend.ops, first_rows, added, self._max_length, self._batch_size)
-        return self._windows_of_ids(backend, first, num_steps)
-
-    def _windows_of_ids(self, backend: Backend, first: Any, num_steps: int | None) -> tuple[Any, Any]:
-        """Ids and rows of the windows whose first frames have ids `first`."""
         ids = first[..., None] + backend.ops.arange(num_steps or 1) * self._batch_size
         rows = _ring.rows_of_ids(ids, self._max_length, self._batch_size)
         if num_steps is None:
             return ids[..., 0], rows[..., 0]
         return ids, rows
 
-    def _episode_spans(self, backend: Backend, added: Any, num_steps: int | None) -> _episodes.Intervals | None:
-        """The starts that cross a cut (`_episodes.intervals`) when episode boundaries apply, else None."""
-        if self.cuts is None or (num_steps or 1) == 1:
-            return None  # a single frame never crosses a boundary
-        return _episodes.intervals(backend, self.cuts(), added, self._max_length, self._batch_size, num_steps or 1)
+    def _episodes_apply(self, num_steps: int | None) -> bool:
+        return self.near is not None and (num_steps or 1) > 1  # a single frame never crosses a boundary
+
+    def _crossing(
+        self, backend: Backend, record: _episodes.Near, added: Any, num_steps: int, columns: Callable[[Any], Any]
+    ) -> Any:
+        """`[3]`: the `near` columns summed over the stored windows of `num_steps` that cross a boundary.
+
+        `columns(rows)` gives rows' `near` columns. The rows at distances below
+        `num_steps`, less those of each segment's newest `num_steps - 1` frames
+        (their windows would run past the newest frame: no stored windows).
+        """
+        ops = backend.ops
+        adds = added - 1 - ops.arange(num_steps - 1)
+        segments = ops.arange(self._batch_size)
+        rows = backend.reshape((adds % self._max_length)[:, None] * self._batch_size + segments[None, :], [-1])
+        stored = (adds >= _ring.oldest_add(ops, added, self._max_length))[:, None] & (segments[None, :] >= 0)
+        stored = backend.reshape(stored, [-1])
+        distance = backend.tree.gather(record.distance, rows)
+        counted = stored & (distance >= 1) & (distance < num_steps)
+        newest = columns(rows) * backend.cast(counted, np.float64)[:, None]
+        return backend.sum(record.near[1:num_steps]) - backend.sum(newest)
+
+    def _kept_draws(self, backend: Backend, record: _episodes.Near, first_rows: Any, num_steps: int) -> Any:
+        """Which draws (by their windows' first rows) cross no boundary: one gather of distances."""
+        distance = backend.tree.gather(record.distance, first_rows)
+        return (distance == 0) | (distance >= num_steps)
+
+    def _draw_count(self, backend: Backend, wanted: int, share: Any) -> Any:
+        """How many draws to make so that `wanted` land within episodes but about once in 10^4 batches.
+
+        `share`: the share of the draws' weight within episodes. At least an eighth is assumed: below
+        that, too few are kept more often, and the batch is drawn in one pass.
+        """
+        bound = wanted + 4 * float(np.sqrt(wanted)) + 16
+        return backend.cast(bound / backend.tree.maximum(share, 0.125), np.int64) + 1
 
     def _no_window(self, num_steps: int | None) -> str:
         return NO_EPISODE_WINDOW.format(buffer=self._buffer_name, num_steps=num_steps)
+
+    def _valid_starts(self, backend: Backend, added: Any, num_steps: int) -> Any:
+        step_types = self.step_types
+        assert step_types is not None  # set with `near`
+        return valid_window_starts(backend, step_types(), added, self._max_length, self._batch_size, num_steps)
 
     @abc.abstractmethod
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
@@ -270,29 +300,53 @@ class Sampler(abc.ABC):
         """
 
 
-class UniformSampler(Sampler):
-    """Every window that can be drawn equally likely: probability `1 / windows`.
+def _choose(backend: Backend, enough: Any, from_draws: Callable[[], Any], in_one_pass: Callable[[], Any]) -> Any:
+    """`from_draws()` if `enough`, else `in_one_pass()`; in TensorFlow, only the chosen one runs."""
+    if backend is TENSORFLOW:
+        return tf.cond(enough, from_draws, in_one_pass)
+    return from_draws() if enough else in_one_pass()
 
-    With episode boundaries, draw `k` is the k-th window within an episode
-    (`_episodes.nth_valid_starts`): O(live cuts) to count them, then a search
-    per draw; no rejection.
-    """
+
+class UniformSampler(Sampler):
+    """Every window that can be drawn equally likely: probability `1 / windows`."""
 
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
         windows, checks = self._require_windows(backend, added, num_steps)
-        spans = self._episode_spans(backend, added, num_steps)
-        if spans is None:
+        if not self._episodes_apply(num_steps):
             draws = backend.uniform_integers(shape, windows, checks)
             ids, rows = self._windows(backend, draws, added, num_steps)
             return Sample(ids, rows, backend.full_inverse(shape, backend.ops.maximum(windows, 1)))
-        count = backend.cumsum(spans.valid)[-1]
-        if backend is not TENSORFLOW:
-            backend.require(count > 0, self._no_window(num_steps))
-        draws = backend.uniform_integers([sample_batch_size or 1], count, checks)
-        first = _episodes.nth_valid_starts(backend, spans, draws, added, self._max_length, self._batch_size)
-        ids, rows = self._windows_of_ids(backend, backend.reshape(first, shape), num_steps)
+        steps, wanted = num_steps or 1, sample_batch_size or 1
+
+        def in_one_pass() -> tuple[Any, Any]:
+            running = backend.cumsum(backend.cast(self._valid_starts(backend, added, steps), np.int64))
+            if backend is not TENSORFLOW:
+                backend.require(running[-1] > 0, self._no_window(num_steps))
+            draws = backend.uniform_integers([wanted], running[-1], checks)
+            # Draw k lands on the row of the k-th valid window: the first row whose running count exceeds k.
+            first_rows = backend.searchsorted(running, draws)
+            return backend.ops.minimum(first_rows, self._batch_size * self._max_length - 1), running[-1]
+
+        record = self.near() if self.near is not None and steps - 1 <= _episodes.NEAR else None
+        if record is None:
+            first_rows, count = in_one_pass()
+        else:
+            ones = lambda rows: _episodes.columns(backend.cast(rows * 0 + 1, np.float64))  # noqa: E731
+            count = windows - backend.cast(
+                self._crossing(backend, record, added, steps, ones)[_episodes.COUNT], np.int64
+            )
+            if backend is not TENSORFLOW:
+                backend.require(count > 0, self._no_window(num_steps))
+            share = backend.cast(count, np.float64) / backend.cast(backend.ops.maximum(windows, 1), np.float64)
+            draws = backend.uniform_integers([self._draw_count(backend, wanted, share)], windows, checks)
+            candidates = self._windows(backend, draws, added, num_steps)[1][:, 0]
+            kept = self._kept_draws(backend, record, candidates, steps)
+            chosen = backend.boolean_mask(candidates, kept)
+            enough = backend.sum(backend.cast(kept, np.int64)) >= wanted
+            first_rows = _choose(backend, enough, lambda: chosen[:wanted], lambda: in_one_pass()[0])
+        ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, num_steps)
         probabilities = backend.full_inverse(shape, backend.ops.maximum(count, 1))
         return Sample(ids, rows, probabilities, count > 0, self._no_window(num_steps))
 
@@ -305,14 +359,9 @@ class PrioritizedSampler(Sampler):
     newest `num_steps - 1` adds of a segment (they would run past the newest frame):
     those rows are masked out of each draw, so the probabilities are exact over
     the windows that can be drawn. Rows not written since the last clear weigh 0.
-
-    With episode boundaries, the weight of the windows that cross a cut is
-    summed over the cuts' intervals (`_episodes.intervals`) and taken from the
-    total; draws from the tree that land on such a window are left out
-    (rejection, over a number of draws fixed before drawing: the kept draws
-    follow the valid windows' proportions exactly). Should too few be kept, the
-    batch is drawn again in one pass over every row's weight (a running sum and
-    a search), which is exact too.
+    With episode boundaries, as `Sampler` says: the weight within episodes is the
+    tree's less `near`'s, and draws from the tree are kept where they cross no
+    boundary.
     """
 
     def __init__(self, buffer_name: str, batch_size: int, max_length: int, tree: Callable[[], Any]) -> None:
@@ -323,7 +372,7 @@ class PrioritizedSampler(Sampler):
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`. Also fails if every window that can be drawn has priority 0."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
-        _, checks = self._require_windows(backend, added, num_steps)
+        windows, checks = self._require_windows(backend, added, num_steps)
         tree, capacity = self._tree(), self._batch_size * self._max_length
         newest = backend.ops.minimum((num_steps or 1) - 1, added)  # adds whose windows would run past the newest
         masked_rows = _ring.block_start(added - newest, self._max_length, self._batch_size)
@@ -334,9 +383,9 @@ class PrioritizedSampler(Sampler):
         )
         total, positive = _sum_tree.unmasked_total(backend.tree, tree, leaf_mask)
         no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
-        spans = self._episode_spans(backend, added, num_steps)
-        if spans is not None:
-            return self._sample_episodes(backend, added, shape, num_steps, checks, spans, (total, positive, leaf_mask))
+        if self._episodes_apply(num_steps):
+            totals = (total, positive, leaf_mask)
+            return self._sample_episodes(backend, added, shape, num_steps or 1, checks, windows, totals)
         if backend is not TENSORFLOW:
             backend.require(positive > 0, no_priority)
         # Within the leaves even on a torn read (a concurrent clear or update), which is then read again.
@@ -350,58 +399,54 @@ class PrioritizedSampler(Sampler):
         backend: Backend,
         added: Any,
         shape: list[int],
-        num_steps: int | None,
+        steps: int,
         checks: list[Any],
-        spans: _episodes.Intervals,
-        unmasked: tuple[Any, Any, Any],
+        windows: Any,
+        totals: tuple[Any, Any, Any],
     ) -> Sample:
-        xp, tree, capacity = backend.tree, self._tree(), self._batch_size * self._max_length
-        leaves = _sum_tree.leaf_count(capacity)
-        total, positive, leaf_mask = unmasked
-        step_types = self.step_types
-        assert step_types is not None  # set with `cuts`
-        # The weight of the windows that cross a cut, from their first rows: O(cuts * num_steps).
-        crossing = xp.gather(tree, leaves + _episodes.interval_rows(backend, spans, self._max_length, self._batch_size))
-        within_total = total - backend.sum(crossing[:, _sum_tree.SUM])
-        within_positive = positive - backend.sum(crossing[:, _sum_tree.POSITIVE])
-        window_count = backend.sum(spans.valid)
-        no_window, no_priority = self._no_window(num_steps), NO_PRIORITY.format(buffer=self._buffer_name)
-        if backend is not TENSORFLOW:
-            backend.require(window_count > 0, no_window)
-            backend.require(within_positive > 0, no_priority)
-        wanted = shape[0] if shape else 1
-        # Enough draws from the tree that too few land within episodes about once in 10^4 batches while at
-        # least an eighth of the weight is within episodes (below that, more often: then the exact pass).
-        bound = wanted + 4 * float(np.sqrt(wanted)) + 16
-        draws = backend.cast(bound / xp.maximum(within_total / xp.maximum(total, 1e-300), 0.125), np.int64) + 1
-        candidates = backend.draw_leaves(tree, capacity, [draws], checks, total, leaf_mask)
-        candidates = backend.ops.minimum(candidates, capacity - 1)  # torn reads only
-        _, rows = self._windows_from(backend, candidates, added, num_steps)
-        types = xp.gather(step_types(), rows)
-        within = ~backend.any_last(_episodes.is_cut(types[:, :-1], types[:, 1:]))
-        kept = backend.boolean_mask(candidates, within)
+        tree, capacity = self._tree(), self._batch_size * self._max_length
+        leaves, wanted = _sum_tree.leaf_count(capacity), shape[0] if shape else 1
+        no_window, no_priority = self._no_window(steps), NO_PRIORITY.format(buffer=self._buffer_name)
 
-        def from_draws() -> tuple[Any, Any]:
-            first_rows = kept[:wanted]
-            return first_rows, xp.gather(tree, leaves + first_rows)[:, _sum_tree.SUM] / within_total
-
-        def in_one_pass() -> tuple[Any, Any]:
-            valid = valid_window_starts(
-                backend, step_types(), added, self._max_length, self._batch_size, num_steps or 1
-            )
+        def in_one_pass() -> tuple[Any, ...]:
+            valid = self._valid_starts(backend, added, steps)
             weights = tree[leaves : leaves + capacity, _sum_tree.SUM] * backend.cast(valid, np.float64)
             running = backend.cumsum(weights)
+            counts = backend.sum(backend.cast(valid, np.int64)), backend.sum(backend.cast(weights > 0, np.float64))
+            if backend is not TENSORFLOW:
+                backend.require(counts[0] > 0, no_window)
+                backend.require(counts[1] > 0, no_priority)
             last = backend.sum(backend.cast(running < running[-1], np.int64))  # the last row weighing above 0
             targets = backend.uniform_floats([wanted], checks) * running[-1]
             first_rows = backend.ops.minimum(backend.searchsorted(running, targets), last)
-            return first_rows, xp.gather(weights, first_rows) / running[-1]
+            return first_rows, backend.tree.gather(weights, first_rows) / running[-1], *counts
 
-        enough = backend.sum(backend.cast(within, np.int64)) >= wanted
-        if backend is TENSORFLOW:
-            first_rows, probabilities = tf.cond(enough, from_draws, in_one_pass)
+        record = self.near() if self.near is not None and steps - 1 <= _episodes.NEAR else None
+        if record is None:
+            first_rows, probabilities, window_count, within_positive = in_one_pass()
         else:
-            first_rows, probabilities = from_draws() if enough else in_one_pass()
-        ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, num_steps)
+            total, positive, leaf_mask = totals
+            weights = lambda rows: _episodes.columns(backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM])  # noqa: E731
+            crossing = self._crossing(backend, record, added, steps, weights)
+            window_count = windows - backend.cast(crossing[_episodes.COUNT], np.int64)
+            within_total, within_positive = total - crossing[_episodes.WEIGHT], positive - crossing[_episodes.POSITIVE]
+            if backend is not TENSORFLOW:
+                backend.require(window_count > 0, no_window)
+                backend.require(within_positive > 0, no_priority)
+            share = within_total / backend.tree.maximum(total, 1e-300)
+            draws = self._draw_count(backend, wanted, share)
+            candidates = backend.draw_leaves(tree, capacity, [draws], checks, total, leaf_mask)
+            candidates = backend.ops.minimum(candidates, capacity - 1)  # torn reads only
+            kept = self._kept_draws(backend, record, candidates, steps)
+            chosen = backend.boolean_mask(candidates, kept)
+
+            def from_draws() -> tuple[Any, Any]:
+                rows = chosen[:wanted]
+                return rows, backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM] / within_total
+
+            enough = backend.sum(backend.cast(kept, np.int64)) >= wanted
+            first_rows, probabilities = _choose(backend, enough, from_draws, lambda: in_one_pass()[:2])
+        ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, steps)
         valid = (window_count > 0) & (within_positive > 0)
         message = backend.select(window_count > 0, no_priority, no_window)
         return Sample(ids, rows, backend.float32(backend.reshape(probabilities, shape)), valid, message)

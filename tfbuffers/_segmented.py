@@ -89,7 +89,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """Samples with `sampler`, which reads the step types when episode boundaries are on."""
         if self._episodes:
             sampler.step_types = self._step_types
-            sampler.cuts = self._episode_cuts
+            sampler.near = self._episode_ends
         self._sampler = sampler
 
     @property
@@ -509,8 +509,8 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """The step-type column (`[capacity]`, storage row order) for the sampler, under the buffer's read."""
 
     @abc.abstractmethod
-    def _episode_cuts(self) -> Any:
-        """The adds' record of episode cuts (`tfbuffers._episodes.Cuts`) for the sampler, under the buffer's read."""
+    def _episode_ends(self) -> Any:
+        """The adds' record of episode ends (`tfbuffers._episodes.Near`) for the sampler, under the buffer's read."""
 
     @abc.abstractmethod
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
@@ -571,8 +571,7 @@ def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:
 def _within_episodes(xp: Any, types: Any) -> Any:
     """`[...]` bool for step types `[..., num_steps]` (`xp`: numpy or tf): no LAST but last, no FIRST but first."""
     any_ = np.any if xp is np else tf.reduce_any
-    first, last = _episodes.FIRST, _episodes.LAST
-    return ~(any_(types[..., :-1] == last, axis=-1) | any_(types[..., 1:] == first, axis=-1))
+    return ~any_(_episodes.is_cut(types[..., :-1], types[..., 1:]), axis=-1)
 
 
 def _time_major(x: Any) -> Any:

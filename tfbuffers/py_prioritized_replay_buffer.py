@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import _episodes, _ring, _sampling, _sum_tree, prioritized
 from tfbuffers import state as state_lib
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 
@@ -151,8 +151,16 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities[rows] = priorities
         weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        if self._episodes:  # rows near the end of their episode carry their new weight into the record
+            distance = self._ends.distance[rows]
+            near = distance > 0
+            change = _episodes.columns(weights[near]) - _episodes.columns(self._row_weights(rows[near]))
+            np.add.at(self._ends.near, distance[near], change)
         self._refresh_locked()
         _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
+
+    def _row_weights(self, rows: np.ndarray) -> np.ndarray:
+        return self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM]
 
     def _current_tree(self) -> np.ndarray:
         """The tree with every ancestor up to date (the sampler calls it under the lock)."""

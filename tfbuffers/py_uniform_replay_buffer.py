@@ -148,7 +148,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._dtypes = [field.spec.dtype for field in self._fields]
         self._segments = np.arange(self._batch_size, dtype=np.int64)
         self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
-        self._cuts = _episodes.empty(self._max_length, self._batch_size)  # kept by adds with episode boundaries
+        self._ends = _episodes.empty(self.capacity, self._batch_size)  # kept by adds with episode boundaries
 
     def _num_frames(self) -> Any:
         if not tf.executing_eagerly():
@@ -174,7 +174,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             cut = self._cut_before(added, arrays) if self._episodes else None
             self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
             if cut is not None:
-                self._record_cut_locked(added, cut)
+                self._record_ends_locked(added, cut)
             self._table.added = added + 1
             self._stored_locked(added)
         return added * self._batch_size + self._segments
@@ -186,17 +186,30 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + self._segments
         return _episodes.is_cut(self._table.column(self._step_field)[newest], arrays[self._step_field])
 
-    def _record_cut_locked(self, added: int, cut: np.ndarray) -> None:
-        cuts = self._cuts
-        head = cuts.ends[(cuts.tail % self._max_length) * self._batch_size + self._segments]
-        tail, count, slots, values = _episodes.add(
-            _sum_tree.NUMPY, cuts, head, cut, added, self._max_length, self._batch_size
-        )
-        cuts.ends[slots] = values
-        self._cuts = _episodes.Cuts(cuts.ends, tail, count)
+    def _record_ends_locked(self, added: int, cut: np.ndarray) -> None:
+        """Add number `added` was written: its rows leave the record, an ended episode's last frames join it."""
+        record = self._ends
+        block = _ring.block_start(added, self._max_length, self._batch_size) + self._segments
+        left = record.distance[block]
+        if left.any():  # the overwritten frames were near the end of their episode
+            rows = block[left > 0]
+            np.subtract.at(record.near, left[left > 0], _episodes.columns(self._row_weights(rows)))
+            record.distance[rows] = 0
+        if cut.any():
+            rows, distances, kept, last_end = _episodes.ending_rows(
+                _sum_tree.NUMPY, cut, record.last_end, added, self._max_length, self._batch_size
+            )
+            rows, distances = rows[kept], distances[kept]
+            record.distance[rows] = distances
+            np.add.at(record.near, distances, _episodes.columns(self._row_weights(rows)))
+            record.last_end[:] = last_end
 
-    def _episode_cuts(self) -> _episodes.Cuts:
-        return self._cuts  # the sampler reads it under the lock
+    def _row_weights(self, rows: np.ndarray) -> np.ndarray:
+        """The rows' weights in draws (float64; all 1 here): what the record of episode ends sums."""
+        return np.ones(rows.shape, np.float64)
+
+    def _episode_ends(self) -> _episodes.Near:
+        return self._ends  # the sampler reads it under the lock
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
@@ -280,7 +293,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._check_open()
             self._table.added = 0
             self._generation += 1
-            self._cuts = _episodes.empty(self._max_length, self._batch_size)
+            self._ends = _episodes.empty(self.capacity, self._batch_size)
             self._cleared_locked()
         return np.int64(0)
 
@@ -298,10 +311,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 self._table.replace(arrays)
             self._table.added = added
             self._generation += 1
-            if self._episodes:
-                column = self._table.column(self._step_field)
-                self._cuts = _episodes.rebuild(column, added, self._max_length, self._batch_size)
             self._restore_extras_locked(extras)
+            if self._episodes:  # from the restored step types and weights
+                column, weights = self._table.column(self._step_field), self._row_weights(np.arange(self.capacity))
+                self._ends = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
 
     # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).
     # Each runs under the lock, in the same step as the rows and counter it goes with.

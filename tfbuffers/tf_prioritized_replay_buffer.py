@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import _episodes, _ring, _sampling, _sum_tree, prioritized
 from tfbuffers import state as state_lib
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
@@ -196,10 +196,15 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
                 rows, values = _sum_tree.TENSORFLOW.last_of_each(rows, tf.boolean_mask(priorities, stored))
 
                 def update() -> list[Any]:
-                    return [
-                        *self._set(rows, values, distinct=True),
-                        self._largest.assign(tf.maximum(self._largest, tf.reduce_max(tf.concat([values, [0.0]], 0)))),
-                    ]
+                    moved = self._ends_reweighted(rows, values)  # reads the old weights first
+                    with tf.control_dependencies(moved):
+                        return [
+                            *moved,
+                            *self._set(rows, values, distinct=True),
+                            self._largest.assign(
+                                tf.maximum(self._largest, tf.reduce_max(tf.concat([values, [0.0]], 0)))
+                            ),
+                        ]
 
                 skipped = tf.size(ids, out_type=tf.int64) - tf.math.count_nonzero(stored, dtype=tf.int64)
                 return self._concurrency.rewrite(update), skipped
@@ -207,6 +212,21 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
             return self._concurrency.exclusive(
                 [same_shape, valid_priorities, stored_before, ids, priorities], write, "update_priorities"
             )
+
+    def _ends_reweighted(self, rows: tf.Tensor, priorities: tf.Tensor) -> list[Any]:
+        """Moves the weight of `rows` (distinct) in the record of episode ends to their new `priorities`."""
+        if self._ends is None:
+            return []
+        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
+        change = _episodes.columns(weights) - _episodes.columns(self._row_weights(rows))
+        distance = tf.cast(tf.gather(self._ends.distance, rows), tf.int64)  # 0: not in the record, unused
+        return [self._ends.near.scatter_add(tf.IndexedSlices(change, distance))]
+
+    def _row_weights(self, rows: tf.Tensor) -> tf.Tensor:
+        return tf.gather(self._tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
+
+    def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
+        return prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priority_exponent)
 
     def _set(self, rows: tf.Tensor, priorities: tf.Tensor, *, distinct: bool) -> list[Any]:
         """Sets the priorities of `rows` and their leaves in the tree."""

@@ -155,14 +155,13 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             storage = VariableTable(self._fields, self.capacity)
             added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
-            cuts = None
-            if self._episodes:  # the adds' record of episode cuts (see `tfbuffers._episodes`)
-                names = ("cut_ends", "cut_tail", "cut_count")
-                empty = _episodes.empty(max_length, self._batch_size)
-                cuts = _episodes.Cuts(*(tf.Variable(x, trainable=False, name=n) for x, n in zip(empty, names)))
-        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the cuts
-        # follow from the step types).
-        self._untracked(_table=storage, _added=added, _concurrency=concurrency, _functions={}, _cuts=cuts)
+            ends = None
+            if self._episodes:  # the adds' record of episode ends (see `tfbuffers._episodes`)
+                empty = _episodes.empty(self.capacity, self._batch_size)
+                ends = _episodes.Near(*(tf.Variable(x, trainable=False, name=n) for x, n in zip(empty, empty._fields)))
+        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
+        # episode ends follows from the step types).
+        self._untracked(_table=storage, _added=added, _concurrency=concurrency, _functions={}, _ends=ends)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -180,10 +179,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._scope
 
     def variables(self) -> tuple[tf.Variable, ...]:
-        """The buffer's variables: the field tables, the add counter, then the episode cuts' (if any)."""
+        """The buffer's variables: the field tables, the add counter, then the episode ends' record (if any)."""
         if self._closed:
             return ()
-        return (*self._table.variables, self._added, *(self._cuts or ()))
+        return (*self._table.variables, self._added, *(self._ends or ()))
 
     def _num_frames(self) -> tf.Tensor:
         if tf.executing_eagerly():
@@ -225,9 +224,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                     rows = [start + _OPS.arange(tf.shape(x, out_type=tf.int64)[0]) for x in leaves]
                 else:
                     rows = [start + segments] * len(leaves)
-                cut_writes = self._cuts_written(added, leaves)  # reads the previous frames' step types first
-                with tf.control_dependencies(cut_writes):
-                    writes = [*cut_writes, *self._table.write(rows, leaves), *self._block_written(start)]
+                # The record reads the previous frames' step types and the overwritten rows' weights first.
+                record = self._ends_written(added, leaves)
+                with tf.control_dependencies(record):
+                    writes = [*record, *self._table.write(rows, leaves), *self._block_written(start)]
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
@@ -236,34 +236,53 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             return self._concurrency.exclusive([*checks, *leaves], write, "add_batch")
 
-    def _cuts_written(self, added: tf.Tensor, leaves: list[Any]) -> list[Any]:
-        """The episode cuts' writes for add number `added` (see `tfbuffers._episodes`), or none."""
-        if self._cuts is None:
+    def _ends_written(self, added: tf.Tensor, leaves: list[Any]) -> list[Any]:
+        """The record of episode ends' writes for add number `added` (see `tfbuffers._episodes`), or none."""
+        if self._ends is None:
             return []
         segments = _OPS.arange(self._batch_size)
+        block = _ring.block_start(added, self._max_length, self._batch_size) + segments
         newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + segments
-        previous = tf.gather(self._table.variables[self._step_field], newest)
-        cut = (added > 0) & _episodes.is_cut(previous, leaves[self._step_field])
-        cuts = _episodes.Cuts(self._cuts.ends, self._cuts.tail.read_value(), self._cuts.count.read_value())
-        head = tf.gather(cuts.ends, (cuts.tail % self._max_length) * self._batch_size + segments)
-        tail, count, slots, values = _episodes.add(
-            _sum_tree.TENSORFLOW, cuts, head, cut, added, self._max_length, self._batch_size
+        cut = (added > 0) & _episodes.is_cut(
+            tf.gather(self._table.variables[self._step_field], newest), leaves[self._step_field]
         )
-        with tf.control_dependencies([head, previous]):
+        rows, distances, kept, last_end = _episodes.ending_rows(
+            _sum_tree.TENSORFLOW, cut, self._ends.last_end.read_value(), added, self._max_length, self._batch_size
+        )
+        rows, distances, kept = (tf.reshape(x, [-1]) for x in (rows, distances, kept))
+        # Masked-out entries go to the spare row and the unused distance 0.
+        left = tf.cast(tf.gather(self._ends.distance, block), tf.int64)
+        joined = tf.where(kept, distances, 0)
+        sums = tf.concat([-_episodes.columns(self._row_weights(block)), _episodes.columns(self._row_weights(rows))], 0)
+        with tf.control_dependencies([left, sums]):
             return [
-                cuts.ends.scatter_update(tf.IndexedSlices(values, slots)),
-                self._cuts.tail.assign(tail, read_value=False),
-                self._cuts.count.assign(count, read_value=False),
+                self._ends.near.scatter_add(tf.IndexedSlices(sums, tf.concat([left, joined], 0))),
+                self._ends.distance.scatter_update(
+                    tf.IndexedSlices(
+                        tf.cast(tf.concat([0 * left, joined], 0), tf.int8),
+                        tf.concat([block, tf.where(kept, rows, self.capacity)], 0),
+                    )
+                ),
+                self._ends.last_end.assign(last_end, read_value=False),
             ]
 
-    def _cuts_cleared(self) -> list[Any]:
-        if self._cuts is None:
+    def _ends_cleared(self) -> list[Any]:
+        if self._ends is None:
             return []
-        return [variable.assign(tf.zeros_like(variable), read_value=False) for variable in self._cuts[1:]]
+        distance, near, last_end = self._ends
+        return [
+            distance.assign(tf.zeros_like(distance), read_value=False),
+            near.assign(tf.zeros_like(near), read_value=False),
+            last_end.assign(tf.fill(tf.shape(last_end), tf.constant(-1, tf.int64)), read_value=False),
+        ]
 
-    def _episode_cuts(self) -> _episodes.Cuts:
+    def _row_weights(self, rows: tf.Tensor) -> tf.Tensor:
+        """The rows' weights in draws (float64; all 1 here): what the record of episode ends sums."""
+        return tf.ones(tf.shape(rows), tf.float64)
+
+    def _episode_ends(self) -> _episodes.Near:
         # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
-        return _episodes.Cuts(self._cuts.ends, self._cuts.tail.read_value(), self._cuts.count.read_value())
+        return _episodes.Near(self._ends.distance, self._ends.near.read_value(), self._ends.last_end)
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
@@ -324,11 +343,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 checked[:] = [sample.valid is not True]
                 validity = [sample.valid, sample.invalid_message] if checked[0] else []
                 oldest = tf.reduce_min(sample.ids) // self._batch_size
-                if self._cuts is not None and (num_steps or 1) > 1:
-                    # The cuts are read after the counter, so a concurrent add only drops cuts before frames it
-                    # overwrites (windows there fail the check below). Several adds within one read may reuse a
-                    # slot of a cut still read as live: then the draws may be anywhere, and this re-read catches
-                    # any window that crosses an episode or runs past the newest frame.
+                if self._ends is not None and (num_steps or 1) > 1:
+                    # The record of episode ends is read beside a concurrent add's writes: a window it lets
+                    # through that crosses a boundary (or runs past the newest frame) is read again.
                     within = tf.reduce_all(_within_episodes(tf, leaves[self._step_field]))
                     stored = tf.reduce_max(sample.ids) < added * self._batch_size
                     whole = (within & stored) | tf.logical_not(sample.valid)
@@ -367,7 +384,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
         del self._table
-        self._untracked(_cuts=None)
+        self._untracked(_ends=None)
         self._functions.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
         # it captured: they would go at some later full collection, and meanwhile a process
@@ -411,11 +428,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return self._concurrency.checked_read(read, self._added, self._max_length)
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        cuts: list[np.ndarray] = []
-        if self._cuts is not None:  # rebuilt from the step types (a load wrote them to the variable)
+        ends: list[np.ndarray] = []
+        if self._ends is not None:  # rebuilt from the step types (a load wrote them to the variable) and weights
             column = arrays[self._step_field] if arrays else self._table.variables[self._step_field].numpy()
-            cuts = list(_episodes.rebuild(column, added, self._max_length, self._batch_size))
-        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras), *cuts]]
+            weights = self._restore_weights(extras)
+            ends = list(_episodes.rebuild(column, weights, added, self._max_length, self._batch_size))
+        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras), *ends]]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
@@ -423,7 +441,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
                 # `values` are the last of these: all of them, or (a load wrote the rows) the extras' only.
-                targets = [*self._table.variables, *self._restore_targets(), *(self._cuts or ())]
+                targets = [*self._table.variables, *self._restore_targets(), *(self._ends or ())]
                 variables = targets[len(targets) - len(values) :]
 
                 def assign() -> list[Any]:
@@ -461,7 +479,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def clear() -> tuple[list[Any], tf.Tensor]:
                 def reset() -> list[Any]:
-                    return [self._added.assign(0, read_value=False), *self._cleared(), *self._cuts_cleared()]
+                    return [self._added.assign(0, read_value=False), *self._cleared(), *self._ends_cleared()]
 
                 effects = self._concurrency.rewrite(reset)
                 return effects, tf.constant(0, tf.int64)
@@ -490,6 +508,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The values of `_restore_targets`, in order, from a checked state's extras."""
         return []
+
+    def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
+        """Every row's weight in draws (`_row_weights`) once a state with `extras` is restored."""
+        return np.ones([self.capacity])
 
 
 class _TFFrameSource:
