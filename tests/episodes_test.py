@@ -240,7 +240,7 @@ def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndar
     batch_size, max_length = inner.batch_size, inner.max_length
     distance = np.zeros(inner.capacity + 1, np.int8)
     near = np.zeros([_episodes.NEAR + 1, 3])
-    weights = np.asarray(inner._row_weights(np.arange(inner.capacity)))
+    weights = np.asarray(inner._row_columns(np.arange(inner.capacity)))[:, 0]
     last_ends = []
     for segment, types in enumerate(types_by_segment):
         stored = range(max(len(types) - max_length, 0), len(types))

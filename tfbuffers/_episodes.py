@@ -72,7 +72,7 @@ def columns(weights: Any) -> Any:
 def ending_rows(
     xp: Any, cut: Any, last_end: Any, added: Any, max_length: int, batch_size: int
 ) -> tuple[Any, Any, Any, Any]:
-    """The rows that add number `added` brings near the end of their episode.
+    """The rows that add number `added` brings near the end of their episode (the TF buffer's add).
 
     Args:
       xp: The array functions (`tfbuffers._sum_tree.NUMPY` or `.TENSORFLOW`).
@@ -89,12 +89,12 @@ def ending_rows(
       add), and the new `last_end`.
     """
     ended = added - 1
-    distances = xp.arange(NEAR)[None, :] + 1
+    distances = np.broadcast_to(np.arange(1, NEAR + 1), (batch_size, NEAR))  # constants: no ops per add
     adds = ended - distances + 1
     oldest_after = added + 1 - xp.minimum(added + 1, max_length)
     kept = cut[:, None] & (adds > last_end[:, None]) & (adds >= oldest_after)
-    rows = (adds % max_length) * batch_size + xp.arange(batch_size)[:, None]
-    return rows, distances + 0 * rows, kept, xp.where(cut, ended + 0 * last_end, last_end)
+    rows = (adds % max_length) * batch_size + np.arange(batch_size)[:, None]
+    return rows, distances, kept, xp.where(cut, ended, last_end)
 
 
 def rebuild(step_types: np.ndarray, weights: np.ndarray, added: int, max_length: int, batch_size: int) -> Near:

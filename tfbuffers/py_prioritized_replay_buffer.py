@@ -154,13 +154,14 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         if self._episodes:  # rows near the end of their episode carry their new weight into the record
             distance = self._ends.distance[rows]
             near = distance > 0
-            change = _episodes.columns(weights[near]) - _episodes.columns(self._row_weights(rows[near]))
-            np.add.at(self._ends.near, distance[near], change)
+            if near.any():
+                change = _episodes.columns(np.broadcast_to(weights, rows.shape)[near]) - self._row_columns(rows[near])
+                np.add.at(self._ends.near, distance[near], change)
         self._refresh_locked()
         _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
 
-    def _row_weights(self, rows: np.ndarray) -> np.ndarray:
-        return self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM]
+    def _row_columns(self, rows: np.ndarray) -> np.ndarray:
+        return _episodes.columns(self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM])
 
     def _current_tree(self) -> np.ndarray:
         """The tree with every ancestor up to date (the sampler calls it under the lock)."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
+from tfbuffers import _episodes, _ring, _sampling, specs
 from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
@@ -183,30 +183,39 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """`[batch_size]` whether an episode ends between each segment's newest frame and `arrays`' (under the lock)."""
         if not added:
             return np.zeros([self._batch_size], bool)
-        newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + self._segments
-        return _episodes.is_cut(self._table.column(self._step_field)[newest], arrays[self._step_field])
+        newest = int(_ring.block_start(added - 1, self._max_length, self._batch_size))
+        previous = self._table.column(self._step_field)[newest : newest + self._batch_size]
+        return _episodes.is_cut(previous, arrays[self._step_field])
 
     def _record_ends_locked(self, added: int, cut: np.ndarray) -> None:
-        """Add number `added` was written: its rows leave the record, an ended episode's last frames join it."""
-        record = self._ends
-        block = _ring.block_start(added, self._max_length, self._batch_size) + self._segments
-        left = record.distance[block]
-        if left.any():  # the overwritten frames were near the end of their episode
-            rows = block[left > 0]
-            np.subtract.at(record.near, left[left > 0], _episodes.columns(self._row_weights(rows)))
-            record.distance[rows] = 0
-        if cut.any():
-            rows, distances, kept, last_end = _episodes.ending_rows(
-                _sum_tree.NUMPY, cut, record.last_end, added, self._max_length, self._batch_size
-            )
-            rows, distances = rows[kept], distances[kept]
-            record.distance[rows] = distances
-            np.add.at(record.near, distances, _episodes.columns(self._row_weights(rows)))
-            record.last_end[:] = last_end
+        """Add number `added` was written: its rows leave the record, an ended episode's last frames join it.
 
-    def _row_weights(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' weights in draws (float64; all 1 here): what the record of episode ends sums."""
-        return np.ones(rows.shape, np.float64)
+        `tfbuffers._episodes.ending_rows` as plain loops over the few segments whose episode ended: an add's
+        numpy calls cost more than their arithmetic.
+        """
+        record = self._ends
+        first = int(_ring.block_start(added, self._max_length, self._batch_size))
+        left = record.distance[first : first + self._batch_size]
+        if left.any():  # the overwritten frames were near the end of their episode
+            rows = first + np.flatnonzero(left)
+            np.subtract.at(record.near, left[left > 0], self._row_columns(rows))
+            left[:] = 0
+        if not cut.any():
+            return
+        ended = added - 1
+        oldest_after = added + 1 - min(added + 1, self._max_length)
+        for segment in np.flatnonzero(cut):
+            low = max(int(record.last_end[segment]) + 1, oldest_after, ended - _episodes.NEAR + 1)
+            adds = np.arange(low, ended + 1)
+            rows = (adds % self._max_length) * self._batch_size + segment
+            distances = ended - adds + 1  # distinct: a plain indexed add
+            record.distance[rows] = distances
+            record.near[distances] += self._row_columns(rows)
+            record.last_end[segment] = ended
+
+    def _row_columns(self, rows: np.ndarray) -> np.ndarray:
+        """The rows' `near` columns (`_episodes.columns` of their weights in draws; all 1 here)."""
+        return np.ones([len(rows), 3])
 
     def _episode_ends(self) -> _episodes.Near:
         return self._ends  # the sampler reads it under the lock
@@ -313,7 +322,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._generation += 1
             self._restore_extras_locked(extras)
             if self._episodes:  # from the restored step types and weights
-                column, weights = self._table.column(self._step_field), self._row_weights(np.arange(self.capacity))
+                column = self._table.column(self._step_field)
+                weights = self._row_columns(np.arange(self.capacity))[:, _episodes.WEIGHT]
                 self._ends = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
 
     # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).

@@ -218,12 +218,12 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         if self._ends is None:
             return []
         weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        change = _episodes.columns(weights) - _episodes.columns(self._row_weights(rows))
+        change = _episodes.columns(weights) - self._row_columns(rows)
         distance = tf.cast(tf.gather(self._ends.distance, rows), tf.int64)  # 0: not in the record, unused
         return [self._ends.near.scatter_add(tf.IndexedSlices(change, distance))]
 
-    def _row_weights(self, rows: tf.Tensor) -> tf.Tensor:
-        return tf.gather(self._tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
+    def _row_columns(self, rows: tf.Tensor) -> tf.Tensor:
+        return _episodes.columns(tf.gather(self._tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM])
 
     def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
         return prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priority_exponent)

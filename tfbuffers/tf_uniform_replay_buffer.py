@@ -249,11 +249,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         rows, distances, kept, last_end = _episodes.ending_rows(
             _sum_tree.TENSORFLOW, cut, self._ends.last_end.read_value(), added, self._max_length, self._batch_size
         )
-        rows, distances, kept = (tf.reshape(x, [-1]) for x in (rows, distances, kept))
+        rows, distances, kept = tf.reshape(rows, [-1]), distances.reshape(-1), tf.reshape(kept, [-1])
         # Masked-out entries go to the spare row and the unused distance 0.
         left = tf.cast(tf.gather(self._ends.distance, block), tf.int64)
         joined = tf.where(kept, distances, 0)
-        sums = tf.concat([-_episodes.columns(self._row_weights(block)), _episodes.columns(self._row_weights(rows))], 0)
+        sums = tf.concat([-self._row_columns(block), self._row_columns(rows)], 0)
         with tf.control_dependencies([left, sums]):
             return [
                 self._ends.near.scatter_add(tf.IndexedSlices(sums, tf.concat([left, joined], 0))),
@@ -276,9 +276,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             last_end.assign(tf.fill(tf.shape(last_end), tf.constant(-1, tf.int64)), read_value=False),
         ]
 
-    def _row_weights(self, rows: tf.Tensor) -> tf.Tensor:
-        """The rows' weights in draws (float64; all 1 here): what the record of episode ends sums."""
-        return tf.ones(tf.shape(rows), tf.float64)
+    def _row_columns(self, rows: tf.Tensor) -> tf.Tensor:
+        """The rows' `near` columns (`_episodes.columns` of their weights in draws; all 1 here)."""
+        return tf.ones([rows.shape[0], 3], tf.float64)
 
     def _episode_ends(self) -> _episodes.Near:
         # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
@@ -510,7 +510,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return []
 
     def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
-        """Every row's weight in draws (`_row_weights`) once a state with `extras` is restored."""
+        """Every row's weight in draws (see `_row_columns`) once a state with `extras` is restored."""
         return np.ones([self.capacity])
 
 
