@@ -3,14 +3,15 @@
 A sampler turns the add counter into drawn windows: their frame ids, their
 storage rows and the exact probability of each draw. It reads nothing but the
 counter, whatever state of its own it keeps and, with episode boundaries, the
-step-type column (`Sampler.step_types`), so a buffer swaps its sampler
+adds' record of episode ends and the step-type column (`Sampler.near`,
+`Sampler.step_types`), so a buffer swaps its sampler
 without touching storage, locking or datasets: the TF buffer calls it inside its
 lock-free checked read, the py buffer under its lock, and both buffers'
 `as_dataset` through those same reads.
 
 The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the
-ring arithmetic of `tfbuffers._ring` takes its ops namespace; a prioritized or
-episode-aware sampler is one more `Sampler` subclass over the same backends.
+ring arithmetic of `tfbuffers._ring` takes its ops namespace; a prioritized
+sampler is one more `Sampler` subclass over the same backends.
 """
 
 from __future__ import annotations

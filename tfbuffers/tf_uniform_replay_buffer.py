@@ -122,10 +122,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             Samples are then uniform over the windows that cross no LAST -> FIRST boundary
             (in proportion to priority, for a prioritized buffer), with exact
             probabilities; the deterministic pass and `epoch_dataset` yield those windows
-            only. Single frames are never affected. Adds keep a record of where episodes
-            end (`tfbuffers._episodes`: 8 bytes per frame of capacity, a few ops per add),
-            so a sample costs O(episodes stored) plus a search per draw, not a pass over
-            the buffer (see docs/benchmarks.md).
+            only. Single frames are never affected. Adds keep the distance of each
+            episode's last 16 frames to its end (`tfbuffers._episodes`: a byte per frame,
+            some 30 ops per add), so a sample draws among the stored windows and leaves
+            out those that cross a boundary, with exact totals; windows of more than 17
+            frames, or too few draws kept, take a pass over the step types (see
+            docs/benchmarks.md).
           wait_for_writers: Whether a write inside a graph (`add_batch` in a driver's
             `tf.function`) that finds another thread's graph write under way waits its turn,
             for up to 10 s, instead of raising at once. It costs a `tf.cond` on every write
