@@ -26,14 +26,20 @@ import tfbuffers
 import tfbuffers.specs
 import tfbuffers.state
 
-SPEC = {
-    "observation": {
-        "position": tf.TensorSpec([2], tf.float32, "position"),
-        "pixels": tf.TensorSpec([2, 2], tf.uint8, "pixels"),
-    },
-    "action": tf.TensorSpec([], tf.int32, "action"),
-    "step": tf.TensorSpec([], tf.int64, "step"),
-}
+
+def fresh_spec() -> dict[str, Any]:
+    """A new copy of `SPEC`, for a test that checks the identity of what it passes."""
+    return {
+        "observation": {
+            "position": tf.TensorSpec([2], tf.float32, "position"),
+            "pixels": tf.TensorSpec([2, 2], tf.uint8, "pixels"),
+        },
+        "action": tf.TensorSpec([], tf.int32, "action"),
+        "step": tf.TensorSpec([], tf.int64, "step"),
+    }
+
+
+SPEC = fresh_spec()
 
 
 def code(segment: Any, step: Any) -> Any:
