@@ -47,8 +47,8 @@ def test_bad_sizes(args, kwargs, error, message):
 
 
 def test_array_specs_are_accepted_and_returned_as_given():
-    # A spec of its own: the shared SPEC has come back with a tracking wrapper inside on the current
-    # TensorFlow after some other test in the same process (not reproduced alone), which the buffer unwraps.
+    # A spec of its own: on the current TensorFlow, TF-Agents' buffers given the shared SPEC (in
+    # tf_agents_comparison_test) leave a tf.Module tracking wrapper inside it, which this buffer unwraps.
     spec = tensor_spec.to_nest_array_spec(fresh_spec())
     spec["action"] = array_spec.BoundedArraySpec([], np.int32, minimum=0, maximum=10**6, name="action")
     buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=3)
