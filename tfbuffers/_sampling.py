@@ -249,6 +249,10 @@ class Sampler(abc.ABC):
     def _episodes_apply(self, num_steps: int | None) -> bool:
         return self.near is not None and (num_steps or 1) > 1  # a single frame never crosses a boundary
 
+    def _record(self, num_steps: int) -> _episodes.Near | None:
+        """The record of episode ends, if it covers windows of `num_steps` (else: one pass)."""
+        return self.near() if self.near is not None and num_steps - 1 <= _episodes.NEAR else None
+
     def _crossing(
         self, backend: Backend, record: _episodes.Near, added: Any, num_steps: int, columns: Callable[[Any], Any]
     ) -> Any:
@@ -330,7 +334,7 @@ class UniformSampler(Sampler):
             first_rows = backend.searchsorted(running, draws)
             return backend.ops.minimum(first_rows, self._batch_size * self._max_length - 1), running[-1]
 
-        record = self.near() if self.near is not None and steps - 1 <= _episodes.NEAR else None
+        record = self._record(steps)
         if record is None:
             first_rows, count = in_one_pass()
         else:
@@ -422,7 +426,7 @@ class PrioritizedSampler(Sampler):
             first_rows = backend.ops.minimum(backend.searchsorted(running, targets), last)
             return first_rows, backend.tree.gather(weights, first_rows) / running[-1], *counts
 
-        record = self.near() if self.near is not None and steps - 1 <= _episodes.NEAR else None
+        record = self._record(steps)
         if record is None:
             first_rows, probabilities, window_count, within_positive = in_one_pass()
         else:
