@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPEC, assert_whole, batch, code, fill, frames, make_buffer, to_numpy, underlying
+from conftest import SPEC, assert_whole, batch, code, fill, frames, make, make_buffer, to_numpy, underlying
 
 import tfbuffers
 from tfbuffers import _sampling, specs
@@ -654,3 +654,23 @@ def test_construction_from_a_config(kind):
         ValueError, match=r"config: buffer: expected one of \['PyHashedReplayBuffer', 'PyPrioritizedReplayBuffer'"
     ):
         tfbuffers.from_config(config)
+
+
+# Bytes per frame of SPEC: position f32[2] 8, pixels u8[2, 2] 4, action i32 4, step i64 8.
+FRAME_BYTES = 24
+
+
+@pytest.mark.parametrize("episodes", [False, True], ids=["plain", "episodes"])
+@pytest.mark.parametrize("name", ["tf", "py", "tf_prioritized", "py_prioritized"])
+def test_nbytes_counts_the_storage(name, episodes):
+    buffer = make(name, batch_size=3, max_length=5, **({"episode_boundaries": "step"} if episodes else {}))
+    expected = 15 * FRAME_BYTES + 8  # the rows and the int64 add counter
+    if episodes:  # an int8 distance per row (and one spare), 17 x 3 float64 sums, an int64 newest end per segment
+        expected += 16 + 17 * 3 * 8 + 3 * 8
+    if name.endswith("prioritized"):  # float64 priorities, the largest, the sum tree: 2 x 16 nodes of 2 float64
+        expected += 15 * 8 + 8 + 2 * 16 * 2 * 8
+    assert buffer.nbytes == expected
+    fill(buffer, 7)  # allocated at construction: the frames held do not change it
+    assert buffer.nbytes == expected
+    buffer.close()
+    assert buffer.nbytes == 0

@@ -210,3 +210,19 @@ def test_adds_after_a_clear_or_restore_stay_exact():
     assert_same(plain.get_next(20, 2), stacked.get_next(20, 2))
     pool = stacked._table.pools[1]
     assert len(pool) == len(np.unique(stacked._table.handles[1]))  # nothing held that no row holds
+
+
+def test_nbytes_counts_each_distinct_frame_once():
+    spec = {"pixels": tf.TensorSpec([SIDE, SIDE, DEPTH], tf.uint8), "code": tf.TensorSpec([], tf.int64)}
+    plain = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=50)
+    stacked = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=50, frame_stacks="pixels")
+    frame = SIDE * SIDE
+    assert plain.nbytes == 100 * (DEPTH * frame + 8) + 8
+    handles_and_codes = 100 * (DEPTH * 8 + 8) + 8  # an int64 handle per stacked frame, the codes, the counter
+    assert stacked.nbytes == handles_and_codes + (frame + 16)  # the empty rows' zero frame: its bytes, count, hash
+    for items in stacked_adds(np.random.default_rng(0), 2, 40, episode=20):
+        plain.add_batch(items)
+        stacked.add_batch(items)
+    distinct = 2 * 2 * (1 + 19)  # per segment and episode: the first frame, then one new frame per add
+    assert stacked.nbytes == handles_and_codes + (1 + distinct) * (frame + 16)
+    assert plain.nbytes == 100 * (DEPTH * frame + 8) + 8

@@ -283,6 +283,18 @@ class SegmentedReplayBuffer(ReplayBuffer):
     # Random access.
 
     @property
+    def nbytes(self) -> int:
+        """Bytes the buffer's storage takes (eager only; 0 once closed).
+
+        Every field's rows (with `frame_stacks`, each distinct frame once and a handle per
+        frame), the add counter, and what the buffer kind keeps beside them: priorities and
+        their sum tree, the record of episode ends. Allocated at construction, so it depends
+        on the capacity, not on the frames held, except for frame stacks, whose pool grows
+        with the distinct frames stored.
+        """
+        return 0 if self.closed else self._nbytes()
+
+    @property
     def full(self) -> bool:
         """Whether every segment holds `max_length` frames (eager only)."""
         return self.size == self.capacity
@@ -503,6 +515,10 @@ class SegmentedReplayBuffer(ReplayBuffer):
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
 
     # Storage hooks.
+
+    @abc.abstractmethod
+    def _nbytes(self) -> int:
+        """`nbytes` of an open buffer."""
 
     @abc.abstractmethod
     def _step_types(self) -> Any:

@@ -205,6 +205,9 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             prioritized.MAX_PRIORITY: np.array(self._max_priority, np.float64),
         }
 
+    def _extra_nbytes_locked(self) -> int:
+        return self._priorities.nbytes + self._tree.nbytes + np.dtype(np.float64).itemsize  # + the largest priority
+
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         np.copyto(self._priorities, extras[prioritized.PRIORITY])
         self._stale.count = 0

@@ -306,6 +306,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._cleared_locked()
         return np.int64(0)
 
+    def _nbytes(self) -> int:
+        with self._lock:
+            ends = sum(array.nbytes for array in self._ends) if self._episodes else 0
+            return self._table.nbytes() + np.dtype(np.int64).itemsize + ends + self._extra_nbytes_locked()
+
     def _close(self) -> None:
         with self._lock:
             self._table.close()
@@ -338,6 +343,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _extras_locked(self) -> dict[str, np.ndarray]:
         """Copies of the extra arrays of the state (see `state_template`)."""
         return {}
+
+    def _extra_nbytes_locked(self) -> int:
+        """Bytes of what the buffer keeps beside the rows (`nbytes`)."""
+        return 0
 
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         """Replaces the extra arrays by a checked state's."""

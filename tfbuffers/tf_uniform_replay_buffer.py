@@ -186,6 +186,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return ()
         return (*self._table.variables, self._added, *(self._ends or ()))
 
+    def _nbytes(self) -> int:
+        return sum(variable.shape.num_elements() * variable.dtype.size for variable in self.variables())
+
     def _num_frames(self) -> tf.Tensor:
         if tf.executing_eagerly():
             # One read and one constant: half the time of the ops, a sixth of a compiled call's, fewer tensors.
