@@ -1,59 +1,263 @@
-"""The notebooks in colabs/ run top to bottom against this checkout."""
+"""The notebooks in colabs/ run top to bottom against this checkout, on each stack where their features exist.
+
+Each notebook's first code cell installs tfbuffers as its reader would: on Colab's runtime (Python 3.12,
+current TensorFlow) from the repository with the `current` extra, or, for Reverb, on a Python 3.11 runtime
+from the repository's constraints. Here those lines are rewritten to this checkout and run where the
+notebook's runtime is this interpreter's (everything they ask for is installed already, so they leave the
+environment as it was); a `git clone` of the repository becomes a link to the checkout. The other cells run
+in one namespace, in order, in a temporary directory, with `TFBUFFERS_NOTEBOOK_SMALL=1` (smaller sizes) and
+every figure that `plt.show()` shows saved. Then each notebook's own checks look at what it computed.
+"""
 
 from __future__ import annotations
 
 import configparser
 import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import importlib.util
 import io
 import json
+import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import pytest
 
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 COLABS = sorted((CHECKOUT / "colabs").glob("*.ipynb"))
 REPOSITORY = configparser.ConfigParser()
 REPOSITORY.read(CHECKOUT / "setup.cfg")
-PACKAGE = f"tfbuffers[current] @ git+{REPOSITORY['metadata']['url']}"
-# Every notebook's first code cell installs tfbuffers as a Colab user would, on Colab's runtime (Python 3.12,
-# current TensorFlow). Here it is rewritten to this checkout and run on Python 3.12+ (the current stack,
-# which it leaves as it was: everything it asks for is installed); the pinned stack is Python 3.11, not
-# Colab's runtime, and skips it.
-INSTALL = f'%pip install -q "{PACKAGE}"\n%pip install -q --no-deps tf-agents==0.19.0'
-COLAB_RUNTIME = sys.version_info >= (3, 12)
+URL = REPOSITORY["metadata"]["url"]  # https://github.com/tfbuffers/tfbuffers
+RAW = URL.replace("https://github.com/", "https://raw.githubusercontent.com/") + "/main"
+BADGE = "https://colab.research.google.com/github/" + URL.removeprefix("https://github.com/") + "/blob/main/colabs/"
+
+COLAB_PACKAGE = f'"tfbuffers[current] @ git+{URL}"'
+COLAB_INSTALL = f"%pip install -q {COLAB_PACKAGE}\n%pip install -q --no-deps tf-agents==0.19.0"
+PINNED_PACKAGE = f'-c {RAW}/constraints.txt "tfbuffers[all] @ git+{URL}"'
+PINNED_INSTALL = f"%pip install -q {PINNED_PACKAGE}"
+CLONE = f"!git clone -q --depth 1 {URL} tfbuffers-src"
+
+COLAB_RUNTIME = sys.version_info >= (3, 12)  # the current stack: Colab's hosted runtime
+HAS_REVERB = importlib.util.find_spec("reverb") is not None  # the pinned stack (Python 3.11)
+
+
+def check_tutorial(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    assert "[[2, 3], [4, 5], [102, 103], [104, 105]]" in printed
+    assert "0: expected leading batch size 32, got 1 (shape (1, 3))" in printed
+    assert namespace["replay_buffer"].num_frames().numpy() == 6 * 32  # the refused add stored nothing
+
+
+def check_collect_and_train(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    assert int(namespace["train_step"].numpy()) == namespace["ITERATIONS"] == 300
+    assert namespace["iterations"] == [0, 100, 200, 300]
+    assert all(1.0 <= value <= 500.0 for value in namespace["returns"])  # CartPole-v1 returns
+    buffer, stored = namespace["buffer"], namespace["stored"]
+    environments, frames, observation = stored.observation.shape
+    assert (environments, observation) == (4, 4)
+    assert namespace["added"] == environments * frames >= 1_000  # warm's frames, one segment per environment
+    assert namespace["windows"] == environments * (frames - 1)
+    assert f"{1 / namespace['windows']:.3e} = 1 / {namespace['windows']} windows" in printed
+    assert int(buffer.num_frames()) % environments == 0  # every add writes one frame to each segment
+    assert len(figures) == 1
+
+
+def check_prioritized_replay(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    assert int(namespace["skipped"]) == 0
+    drawn, expected = namespace["drawn"], namespace["expected"]
+    assert drawn.shape == (namespace["DRAWS"],) and not np.any(drawn == 0)  # priority 0: never drawn
+    assert "frame 0 (priority 0) drawn 0 times" in printed
+    np.testing.assert_allclose(namespace["probabilities"][1:], expected[1:], rtol=1e-6)  # float32 probabilities
+    np.testing.assert_allclose(expected, [0] + [p**0.6 / sum(q**0.6 for q in range(8)) for p in range(1, 8)])
+    # 20,000 draws: each frequency is within 7 standard deviations (0.02) of its probability.
+    np.testing.assert_allclose(namespace["frequencies"], expected, atol=0.02)
+    info, weights = namespace["info"], namespace["weights"].numpy()
+    reference = (8 * info.probabilities.numpy().astype(np.float64)) ** -0.4
+    np.testing.assert_allclose(weights, reference / reference.max(), rtol=1e-6)
+    assert weights.max() == 1.0
+    assert {label: curve[0] for label, curve in namespace["curves"].items()} == {
+        "uniform": [0, 100, 200],
+        "prioritized": [0, 100, 200],
+    }
+    assert len(figures) == 2
+
+
+def check_reverb_and_scaling(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    assert "FileExistsError create_replay_buffer:" in printed and "already holds a checkpoint" in printed
+    assert (namespace["first"], namespace["second"]) == ("0", "1")
+    assert namespace["start_items"] == namespace["saved_items"] > 0  # the loaded checkpoint held every item
+    assert [actor.returncode for actor in namespace["actors"]] == [0, 0]
+    # Each actor's frames become items of 2 frames within an episode: fewer items than frames, but most.
+    grown = namespace["table"][-1] - namespace["start_items"]
+    assert namespace["ACTOR_FRAMES"] < grown < 2 * namespace["ACTOR_FRAMES"]
+    assert "after clear: 0 items" in printed
+    assert namespace["restored_items"] == namespace["table"][-1]  # the second checkpoint, after the actors
+    assert int(namespace["agent"].train_step_counter.numpy()) == namespace["TRAIN_STEPS"]
+    assert len(figures) == 1
+
+
+def check_save_load_and_episodes(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    assert int(namespace["starter"].num_frames()) == 2_000
+    assert namespace["identical"] is True
+    assert namespace["training"].capacity == 20_000 and int(namespace["training"].num_frames()) == 2_000
+    assert "damaged.safetensors: field/" in printed and "the file is corrupted" in printed
+    counts = namespace["counts"]
+    assert counts["episode_boundaries=True"] == 0 < counts["plain"]
+    # n-step with gamma 0.99 and rewards of 1: within the episode, cut by a termination after m steps, or a
+    # window starting on LAST (one step, reward 0, discount 1).
+    allowed = {(2.9701, 0.9801), (2.9701, 0.0), (1.99, 0.0), (1.0, 0.0), (0.0, 1.0)}
+    found = {(round(float(reward), 4), round(float(discount), 4)) for reward, discount in namespace["values"]}
+    assert (2.9701, 0.9801) in found and found <= allowed
+    adds, frame = namespace["STACK_ADDS"], 84 * 84
+    assert namespace["same_stacks"]
+    assert namespace["full"].nbytes == adds * (4 * frame + 8) + 8
+    # Handles (4 per stack), actions, the counter; then the frame pool's slots (a frame, its count and hash):
+    # the empty rows' zero frame, the stacks' first frame, one new frame per add.
+    assert namespace["stacked"].nbytes == adds * (4 * 8 + 8) + 8 + (2 + adds) * (frame + 16)
+    assert len(figures) == 2
+
+
+def check_performance(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    results = json.loads((pathlib.Path("benchmark") / "results.json").read_text())
+    assert results["quick"] and sorted(results["systems"]) == sorted(namespace["SYSTEMS"].split(","))
+    rows, quick, full = namespace["rows"], namespace["quick"], namespace["full"]
+    docs = (CHECKOUT / "docs" / "benchmarks.md").read_text()
+    assert {pair for _, pair in rows} == {"tfbuffers TF / TF-Agents TF", "tfbuffers py / TF-Agents py"}
+    assert len(rows) >= 8
+    for measure, pair in rows:
+        assert quick[measure, pair] > 0
+        assert f"| {measure} | {pair} | {full[measure, pair]:.2f}x |" in docs  # the full run, as docs holds it
+    assert len(figures) == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Notebook:
+    install: list[str]  # its first code cell, line by line
+    check: Callable[[dict[str, Any], str, list[pathlib.Path]], None]
+    reverb: bool = False  # needs dm-reverb: the pinned stack (Python 3.11) only
+
+
+NOTEBOOKS = {
+    "replay_buffers_tutorial.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_tutorial),
+    "collect_and_train.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_collect_and_train),
+    "prioritized_replay.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_prioritized_replay),
+    "reverb_and_scaling.ipynb": Notebook([PINNED_INSTALL], check_reverb_and_scaling, reverb=True),
+    "save_load_and_episodes.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_save_load_and_episodes),
+    "performance.ipynb": Notebook([*COLAB_INSTALL.splitlines(), CLONE], check_performance),
+}
+
+
+def cells(path: pathlib.Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text())["cells"]
 
 
 def code_cells(path: pathlib.Path) -> list[str]:
-    notebook = json.loads(path.read_text())
-    return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    return ["".join(cell["source"]) for cell in cells(path) if cell["cell_type"] == "code"]
 
 
-def test_there_are_notebooks():
-    assert [path.name for path in COLABS] == ["replay_buffers_tutorial.ipynb"]
-
-
-def run_pip(line: str) -> None:
-    """Runs one `%pip ...` line as IPython does: pip of the running interpreter."""
-    command, _, arguments = line.partition(" ")
-    assert command == "%pip", line
-    subprocess.run([sys.executable, "-m", "pip", *shlex.split(arguments)], check=True, stdout=subprocess.DEVNULL)
+def test_there_is_a_notebook_per_capability():
+    assert [path.name for path in COLABS] == sorted(NOTEBOOKS)
 
 
 @pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
-def test_notebook_runs(path):
-    install, *cells = code_cells(path)
-    assert install == INSTALL
-    if COLAB_RUNTIME:
-        for line in install.replace(f'"{PACKAGE}"', "-e " + shlex.quote(f"{CHECKOUT}[current]")).splitlines():
-            run_pip(line)
-    namespace: dict = {}
+def test_notebook_opens_in_colab_installs_and_stores_no_outputs(path):
+    first = cells(path)[0]
+    assert first["cell_type"] == "markdown"
+    assert f"]({BADGE}{path.name})" in "".join(first["source"])  # the "Open in Colab" badge, to this notebook
+    assert code_cells(path)[0].splitlines() == NOTEBOOKS[path.name].install
+    for cell in cells(path):
+        if cell["cell_type"] == "code":
+            assert (cell["outputs"], cell["execution_count"]) == ([], None)
+
+
+def run_install_line(line: str, directory: pathlib.Path) -> None:
+    """One line of an install cell, rewritten to this checkout; skipped where the notebook's runtime is not this."""
+    if line == CLONE:
+        (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
+        return
+    if PINNED_PACKAGE in line:
+        if COLAB_RUNTIME:
+            return  # the pinned stack's line: a Python 3.11 runtime
+        line = line.replace(PINNED_PACKAGE, f"-c {shlex.quote(str(CHECKOUT / 'constraints.txt'))} -e {CHECKOUT}[all]")
+    else:
+        if not COLAB_RUNTIME:
+            return  # Colab's lines: Python 3.12+; the pinned stack was set up by the README's command
+        line = line.replace(COLAB_PACKAGE, "-e " + shlex.quote(f"{CHECKOUT}[current]"))
+    run_pip_once(line)
+
+
+def run_pip_once(line: str) -> None:
+    """Runs one `%pip ...` line as IPython does (pip of the running interpreter), once per test run.
+
+    The test workers share the environment: a file lock keeps two pip runs from writing it at once, and a
+    marker keyed by the run (pytest-xdist's id) keeps a line from running again.
+    """
+    command, _, arguments = line.partition(" ")
+    assert command == "%pip", line
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    key = hashlib.sha256(f"{sys.prefix}\n{run}\n{line}".encode()).hexdigest()[:16]
+    lock = pathlib.Path(tempfile.gettempdir()) / "tfbuffers-notebooks-pip.lock"
+    marker = lock.with_name(f"tfbuffers-notebooks-pip-{key}")
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run(
+                [sys.executable, "-m", "pip", *shlex.split(arguments)], check=True, stdout=subprocess.DEVNULL
+            )
+            marker.touch()
+
+
+WRITEFILE = re.compile(r"%%writefile (\S+)\n")
+
+
+def run_cell(source: str, namespace: dict[str, Any]) -> None:
+    """One code cell: Python, or IPython's `%%writefile NAME` (the rest of the cell, written to NAME)."""
+    match = WRITEFILE.match(source)
+    if match:
+        pathlib.Path(match[1]).write_text(source[match.end() :] + "\n")
+        return
+    magics = [line for line in source.splitlines() if line.startswith(("%", "!"))]
+    assert not magics, f"only the first cell and %%writefile cells may hold IPython magics: {magics}"
+    exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    notebook = NOTEBOOKS[path.name]
+    if notebook.reverb and not HAS_REVERB:
+        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures: list[pathlib.Path] = []
+
+    def show(*args: Any, **kwargs: Any) -> None:
+        for number in plt.get_fignums():
+            figures.append(tmp_path / f"figure-{len(figures)}.png")
+            plt.figure(number).savefig(figures[-1])
+        plt.close("all")
+
+    monkeypatch.setattr(plt, "show", show)
+    monkeypatch.setenv("TFBUFFERS_NOTEBOOK_SMALL", "1")
+    monkeypatch.chdir(tmp_path)
+    install, *sources = code_cells(path)
+    for line in install.splitlines():
+        run_install_line(line, tmp_path)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        for source in cells:
-            exec(compile(source, f"{path.name}", "exec"), namespace)  # noqa: S102
-    printed = output.getvalue()
-    assert "[[2, 3], [4, 5], [102, 103], [104, 105]]" in printed
-    assert "0: expected leading batch size 32, got 1 (shape (1, 3))" in printed
+        for source in sources:
+            run_cell(source, namespace)
+    plt.close("all")
+    notebook.check(namespace, output.getvalue(), figures)
+    assert all(figure.stat().st_size > 10_000 for figure in figures)  # drawn, not blank
