@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pathlib
+import tempfile
+
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPEC, batch, fill, to_numpy
+from conftest import SPEC, batch, fill, fresh_spec, to_numpy
 from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 
@@ -62,3 +65,16 @@ def test_py_buffer_does_what_tf_agents_py_buffer_refuses():
     items, info = ours.get_next(sample_batch_size=3)
     assert set(np.asarray(items["step"]).tolist()) <= {0, 1000}
     assert info.probabilities.tolist() == [0.5, 0.5, 0.5]
+
+
+def test_the_callers_spec_is_left_as_given_here_tf_agents_wraps_its_dicts():
+    theirs, ours = fresh_spec(), fresh_spec()
+    tf_uniform_replay_buffer.TFUniformReplayBuffer(theirs, batch_size=3, max_length=5)
+    buffer = tfbuffers.TFUniformReplayBuffer(ours, batch_size=3, max_length=5)
+    fill(buffer, 6)
+    buffer.get_next(sample_batch_size=2, num_steps=2)
+    tf.train.Checkpoint(buffer=buffer).write(str(pathlib.Path(tempfile.mkdtemp()) / "ckpt"))
+    # TF-Agents' buffer is a tf.Module holding the spec: TensorFlow's tracking replaces its nested dicts in place.
+    assert type(theirs["observation"]) is not dict
+    assert type(theirs["observation"]).__name__ == "_DictWrapper"
+    assert type(ours["observation"]) is dict and buffer.data_spec is ours

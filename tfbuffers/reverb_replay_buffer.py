@@ -114,7 +114,7 @@ class ReverbReplayBuffer(ReplayBuffer):
     With no `address`, the buffer starts an in-process Reverb server on a free
     port, says so in one log line, and stops it in `close()` (or when the buffer
     is garbage collected). Reverb serves gRPC on every interface without
-    authentication: keep the machine's port private (see the README). With an
+    authentication: keep the machine's port private (see docs/scaling.md). With an
     `address` ("host:port"), it connects to a server that already serves
     `table_name` with this buffer's signature.
 
