@@ -138,6 +138,27 @@ def check_performance(namespace: dict[str, Any], printed: str, figures: list[pat
     assert len(figures) == 1
 
 
+def check_concurrency(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    batches = namespace["batches"]
+    assert batches > 0 and namespace["within"] == 64 * batches  # every transition: one environment, in order
+    assert not namespace["collector"].is_alive()
+    added, held, newest = namespace["added"], namespace["held"], namespace["newest"]
+    assert added == sorted(added) and held == sorted(held) and max(held) <= 2_000
+    assert max(newest) < namespace["collected"][0]  # ids name frames added, counted from 0
+    reports = namespace["reports"]
+    assert list(reports) == [
+        "TFUniformReplayBuffer",
+        "PyUniformReplayBuffer",
+        "TFPrioritizedReplayBuffer",
+        "PyPrioritizedReplayBuffer",
+    ]
+    for name, report in reports.items():
+        assert min(report.adds, report.samples, report.dataset_batches, report.gathers) >= 5, name
+        assert report.frames_checked > 0 and report.threads == 6, name
+        assert (report.priority_updates > 0) == ("Prioritized" in name), name
+    assert len(figures) == 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Notebook:
     install: list[str]  # its first code cell, line by line
@@ -148,6 +169,7 @@ class Notebook:
 NOTEBOOKS = {
     "replay_buffers_tutorial.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_tutorial),
     "collect_and_train.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_collect_and_train),
+    "concurrency.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_concurrency),
     "prioritized_replay.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_prioritized_replay),
     "reverb_and_scaling.ipynb": Notebook([PINNED_INSTALL], check_reverb_and_scaling, reverb=True),
     "save_load_and_episodes.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_save_load_and_episodes),
