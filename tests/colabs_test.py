@@ -208,7 +208,8 @@ def run_install_line(line: str, directory: pathlib.Path) -> None:
     if PINNED_PACKAGE in line:
         if COLAB_RUNTIME:
             return  # the pinned stack's line: a Python 3.11 runtime
-        line = line.replace(PINNED_PACKAGE, f"-c {shlex.quote(str(CHECKOUT / 'constraints.txt'))} -e {CHECKOUT}[all]")
+        constraints = shlex.quote(str(CHECKOUT / "constraints.txt"))
+        line = line.replace(PINNED_PACKAGE, f"-c {constraints} -e " + shlex.quote(f"{CHECKOUT}[all]"))
     else:
         if not COLAB_RUNTIME:
             return  # Colab's lines: Python 3.12+; the pinned stack was set up by the README's command
