@@ -62,6 +62,7 @@ MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
     "add_graph": "add, inside one tf.function loop (frames/s)",
     "sample_dataset": "sample, as_dataset + prefetch (frames/s)",
+    "sample_dataset_graph": "sample, as_dataset consumed in a tf.function loop (frames/s)",
     "get_next": "sample, direct get_next (frames/s)",
     "sample_update": "sample + update_priorities, direct (frames/s)",
     "deterministic_pass": "deterministic pass (frames/s)",
@@ -202,8 +203,16 @@ class System:
         """Seconds for `num_batches` batches from the training dataset, or None."""
         return None
 
+    def sample_dataset_graph(self, num_batches: int) -> float | None:
+        """Seconds for `num_batches` batches of the training dataset taken inside one tf.function, or None."""
+        return None
+
     def get_next(self, num_batches: int) -> float | None:
         """Seconds for `num_batches` direct samples, or None."""
+        return None
+
+    def graph_ops(self) -> dict[str, int] | None:
+        """Ops in the graphs of one in-graph sample and one in-graph add (see `graph_ops`), or None."""
         return None
 
     def sample_update(self, num_batches: int) -> float | None:
@@ -253,6 +262,37 @@ def _iterate(dataset: tf.data.Dataset, num_batches: int) -> float:
     return _time(lambda: [next(iterator) for _ in range(num_batches)])
 
 
+def _consume_in_graph(dataset: tf.data.Dataset, num_batches: int) -> float:
+    """Seconds for `num_batches` elements taken from an iterator inside one tf.function loop, as a learner does.
+
+    TF-Agents' `Learner` (and most training loops) pass the dataset's iterator into a compiled loop that
+    calls `next` once per train step; the loop keeps one value of each element, so nothing is pruned.
+    """
+    iterator = iter(dataset)
+
+    @tf.function
+    def consume(iterator: Any, count: tf.Tensor) -> tf.Tensor:
+        total = tf.constant(0.0)
+        for _ in tf.range(count):
+            items, _ = next(iterator)
+            first = tf.nest.flatten(items)[0]
+            total += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
+        return total
+
+    consume(iterator, tf.constant(20))  # warm-up: tracing, the prefetch buffer, AUTOTUNE's first choices
+    return _time(lambda: consume(iterator, tf.constant(num_batches)))
+
+
+def graph_ops(fn: Callable[[], Any]) -> int:
+    """Nodes in the graph `tf.function(fn)` traces, counting the functions it calls (cond branches, loop bodies).
+
+    A static count: both branches of a `tf.cond` and a loop body once, whatever runs. It tells how many ops a
+    call schedules, which is what a call costs on a small batch.
+    """
+    graph_def = tf.function(fn).get_concrete_function().graph.as_graph_def()
+    return len(graph_def.node) + sum(len(function.node_def) for function in graph_def.library.function)
+
+
 def _checkpoint_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
     checkpoint = tf.train.Checkpoint(buffer=buffer)
     prefix = str(directory / "ckpt")
@@ -287,15 +327,32 @@ class _TFBuffer(System):
         self._loop(tf.constant(2))
         return _time(lambda: self._loop(tf.constant(num_adds)))
 
-    def sample_dataset(self, num_batches: int) -> float:
+    def _dataset(self) -> tf.data.Dataset:
         w = self.workload
         dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
-        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def sample_dataset(self, num_batches: int) -> float:
+        return _iterate(self._dataset(), num_batches)
+
+    def sample_dataset_graph(self, num_batches: int) -> float:
+        return _consume_in_graph(self._dataset(), num_batches)
 
     def get_next(self, num_batches: int) -> float:
         w = self.workload
         self.buffer.get_next(w.sample_batch_size, w.num_steps)
         return _time(lambda: [self.buffer.get_next(w.sample_batch_size, w.num_steps) for _ in range(num_batches)])
+
+    def graph_ops(self) -> dict[str, int]:
+        w = self.workload
+
+        def add() -> None:  # TF-Agents' add returns an Operation, which a tf.function cannot return
+            self.buffer.add_batch(self._graph_batch)
+
+        return {
+            "sample": graph_ops(lambda: self.buffer.get_next(w.sample_batch_size, w.num_steps)),
+            "add": graph_ops(add),
+        }
 
     def deterministic_pass(self, num_elements: int) -> tuple[float, int]:
         w = self.workload
@@ -406,6 +463,7 @@ class TFBuffersPy(System):
 
     # The same API as the TF buffer, measured the same way.
     add = _TFBuffer.add
+    _dataset = _TFBuffer._dataset
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
     deterministic_pass = _TFBuffer.deterministic_pass
@@ -673,6 +731,7 @@ class TFBuffersReverb(System):
         return _mid_episode(batches)
 
     add = _TFBuffer.add
+    _dataset = _TFBuffer._dataset
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
 
@@ -910,7 +969,7 @@ class TFDataCeiling(System):
     def fill(self, batches: list[Any], bar: Any) -> None:
         bar.update(self.workload.frames)
 
-    def sample_dataset(self, num_batches: int) -> float:
+    def _dataset(self) -> tf.data.Dataset:
         w = self.workload
         outer = [w.sample_batch_size, w.num_steps]
 
@@ -920,7 +979,13 @@ class TFDataCeiling(System):
             return items, tfbuffers.BufferInfo(ids, tf.fill(outer[:1], 0.5))
 
         dataset = tf.data.Dataset.counter().map(element, num_parallel_calls=tf.data.AUTOTUNE)
-        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def sample_dataset(self, num_batches: int) -> float:
+        return _iterate(self._dataset(), num_batches)
+
+    def sample_dataset_graph(self, num_batches: int) -> float:
+        return _consume_in_graph(self._dataset(), num_batches)
 
 
 SYSTEMS: list[type[System]] = [
@@ -1068,6 +1133,9 @@ def run_workload(
                 dataset = system.sample_dataset(sample_batches)
                 if dataset is not None:
                     samples["sample_dataset"][system.name].append(sample_batches * frames_per_sample / dataset)
+                consumed = system.sample_dataset_graph(sample_batches)
+                if consumed is not None:
+                    samples["sample_dataset_graph"][system.name].append(sample_batches * frames_per_sample / consumed)
                 direct = system.get_next(sample_batches)
                 if direct is not None:
                     samples["get_next"][system.name].append(sample_batches * frames_per_sample / direct)
@@ -1085,6 +1153,7 @@ def run_workload(
                     if load is not None:
                         samples["load"][system.name].append(size / load / 1e6)
                 bar.update(1)
+    ops = {system.name: counted for system in systems if (counted := system.graph_ops()) is not None}
     file_memory = {}
     for system in systems:
         with tempfile.TemporaryDirectory() as directory:
@@ -1108,6 +1177,7 @@ def run_workload(
         "measures": summary,
         "memory": memory,
         "files": file_memory,
+        "ops": ops,
     }
 
 
@@ -1156,6 +1226,16 @@ def markdown(results: dict[str, Any]) -> str:
         ):
             cells = [_fmt(result["memory"].get(name, {}).get(key)) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if result.get("ops"):
+            lines += [
+                "",
+                "Ops in the graph of one in-graph call (nodes, with the functions they call; `benchmark.graph_ops`):",
+                "",
+                "| system | `get_next` | `add_batch` |",
+                "|---|---|---|",
+            ]
+            for name, counted in result["ops"].items():
+                lines.append(f"| {name} | {counted['sample']} | {counted['add']} |")
         if result.get("files"):
             lines += [
                 "",

@@ -347,6 +347,17 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         } | (systems & {"cpprb PER"})
         assert set(measures["sample_dataset"]) == present - {"numpy limit", "cpprb uniform", "cpprb PER"}
         assert set(measures["get_next"]) == present - {"TF-Agents Reverb", "tf.data ceiling"}
+        in_graph = {"tfbuffers TF", "TF-Agents TF", "tfbuffers TF prioritized", "bare tf.Variable"} | episodes
+        assert set(measures["sample_dataset_graph"]) == in_graph | {"tf.data ceiling"}
+        assert "tfbuffers TF / bare tf.Variable" in result["ratios"]["sample_dataset_graph"]
+        assert set(result["ops"]) == in_graph
+        assert all(
+            min(counted.values()) > 0 and set(counted) == {"sample", "add"} for counted in result["ops"].values()
+        )
+        # The bare sampler is the floor: every buffer's graphs hold at least its ops.
+        assert all(
+            counted["sample"] >= result["ops"]["bare tf.Variable"]["sample"] for counted in result["ops"].values()
+        )
         # The variants (an option against the same buffer) run no deterministic pass and no files.
         assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
         assert "tfbuffers TF episodes / tfbuffers TF" in result["ratios"]["sample_dataset"]
@@ -543,6 +554,13 @@ def test_the_benchmark_leaves_out_what_cannot_be_imported_and_says_why(monkeypat
     monkeypatch.undo()
     if real("reverb") is not None:  # the pinned stack has everything
         assert benchmark.available_systems() == (benchmark.SYSTEMS, {})
+
+
+def test_graph_ops_counts_the_nodes_of_a_graph_and_of_the_functions_it_calls():
+    assert benchmark.graph_ops(lambda: tf.constant(1) + tf.constant(2)) == 4  # two constants, the add, the output
+    double = tf.function(lambda x: x * 2)
+    # The call, its argument and the output; inside the called function: the 2, the product and its output.
+    assert benchmark.graph_ops(lambda: double(tf.constant(3))) == 3 + 3
 
 
 def test_the_benchmark_refuses_unknown_systems(capsys):
