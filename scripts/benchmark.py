@@ -212,7 +212,7 @@ class System:
         return None
 
     def graph_ops(self) -> dict[str, int] | None:
-        """Ops in the graphs of one in-graph sample and one in-graph add (see `graph_ops`), or None."""
+        """Ops one in-graph sample and one in-graph add run, and their graphs' nodes (`executed_ops`, `graph_ops`)."""
         return None
 
     def sample_update(self, num_batches: int) -> float | None:
@@ -269,28 +269,53 @@ def _consume_in_graph(dataset: tf.data.Dataset, num_batches: int) -> float:
     calls `next` once per train step; the loop keeps one value of each element, so nothing is pruned.
     """
     iterator = iter(dataset)
+    _consume(iterator, tf.constant(20))  # warm-up: tracing, the prefetch buffer, AUTOTUNE's first choices
+    return _time(lambda: _consume(iterator, tf.constant(num_batches)))
 
-    @tf.function
-    def consume(iterator: Any, count: tf.Tensor) -> tf.Tensor:
-        total = tf.constant(0.0)
-        for _ in tf.range(count):
-            items, _ = next(iterator)
-            first = tf.nest.flatten(items)[0]
-            total += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
-        return total
 
-    consume(iterator, tf.constant(20))  # warm-up: tracing, the prefetch buffer, AUTOTUNE's first choices
-    return _time(lambda: consume(iterator, tf.constant(num_batches)))
+@tf.function
+def _consume(iterator: Any, count: tf.Tensor) -> tf.Tensor:
+    total = tf.constant(0.0)
+    for _ in tf.range(count):
+        items, _ = next(iterator)
+        first = tf.nest.flatten(items)[0]
+        total += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
+    return total
+
+
+_consume._omit_frequent_tracing_warning = True  # one trace per system and workload (their elements differ)
 
 
 def graph_ops(fn: Callable[[], Any]) -> int:
     """Nodes in the graph `tf.function(fn)` traces, counting the functions it calls (cond branches, loop bodies).
 
-    A static count: both branches of a `tf.cond` and a loop body once, whatever runs. It tells how many ops a
-    call schedules, which is what a call costs on a small batch.
+    A static count: both branches of a `tf.cond` and a loop body once, whatever runs (`executed_ops` counts
+    what one call runs).
     """
     graph_def = tf.function(fn).get_concrete_function().graph.as_graph_def()
     return len(graph_def.node) + sum(len(function.node_def) for function in graph_def.library.function)
+
+
+def executed_ops(fn: Callable[[], Any]) -> int:
+    """Ops one call of `tf.function(fn)` runs, in its graph and the functions it calls: what a call costs.
+
+    As TensorFlow's debugger records them (`tf.debugging.experimental.enable_dump_debug_info`): a cond runs
+    one branch, a loop its condition once per turn and its body per iteration. The function is traced and
+    run once with the debugger on, which is then turned off.
+    """
+    from tensorflow.python.debug.lib import debug_events_reader
+
+    with tempfile.TemporaryDirectory() as directory:
+        tf.debugging.experimental.enable_dump_debug_info(
+            directory, tensor_debug_mode="NO_TENSOR", circular_buffer_size=-1
+        )
+        try:
+            tf.function(fn)()
+        finally:
+            tf.debugging.experimental.disable_dump_debug_info()
+        with debug_events_reader.DebugDataReader(directory) as reader:
+            reader.update()
+            return len(reader.graph_execution_traces())
 
 
 def _checkpoint_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
@@ -343,16 +368,18 @@ class _TFBuffer(System):
         self.buffer.get_next(w.sample_batch_size, w.num_steps)
         return _time(lambda: [self.buffer.get_next(w.sample_batch_size, w.num_steps) for _ in range(num_batches)])
 
+    def _sample_call(self) -> Any:
+        """One sample, as a learner's graph makes it (traced afresh on each call: see `executed_ops`)."""
+        return self.buffer.get_next(self.workload.sample_batch_size, self.workload.num_steps)
+
+    def _add_call(self) -> None:
+        """One add, as a driver's graph makes it (TF-Agents' returns an Operation, which a tf.function cannot)."""
+        self.buffer.add_batch(self._graph_batch)
+
     def graph_ops(self) -> dict[str, int]:
-        w = self.workload
-
-        def add() -> None:  # TF-Agents' add returns an Operation, which a tf.function cannot return
-            self.buffer.add_batch(self._graph_batch)
-
-        return {
-            "sample": graph_ops(lambda: self.buffer.get_next(w.sample_batch_size, w.num_steps)),
-            "add": graph_ops(add),
-        }
+        # The static counts first: a function traced under the debugger keeps its instrumentation.
+        nodes = {"sample_nodes": graph_ops(self._sample_call), "add_nodes": graph_ops(self._add_call)}
+        return {"sample": executed_ops(self._sample_call), "add": executed_ops(self._add_call), **nodes}
 
     def deterministic_pass(self, num_elements: int) -> tuple[float, int]:
         w = self.workload
@@ -909,13 +936,17 @@ class _BareRing(tf.Module):
             for s in tf.nest.flatten(workload.spec)
         ]
         self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        self._compiled_add = tf.function(self._add)
+        self._compiled_sample = tf.function(self._sample)
 
     def variables(self) -> list[tf.Variable]:
         """The storage, as the TF buffers' method of that name (which `_TFBuffer` reads) gives it."""
         return list(self.fields)
 
-    @tf.function
     def add_batch(self, batch: Any) -> None:
+        self._compiled_add(batch)
+
+    def _add(self, batch: Any) -> None:
         w = self.workload
         rows = (self.added % w.max_length) * w.num_envs + tf.range(w.num_envs, dtype=tf.int64)
         writes = [v.scatter_update(tf.IndexedSlices(x, rows)) for v, x in zip(self.fields, tf.nest.flatten(batch))]
@@ -929,9 +960,8 @@ class _BareRing(tf.Module):
         items = tf.nest.pack_sequence_as(w.spec, [tf.gather(v, rows) for v in self.fields])
         return items, tfbuffers.BufferInfo(rows, tf.fill([w.sample_batch_size], 1.0 / w.frames))
 
-    @tf.function
     def get_next(self, sample_batch_size: int, num_steps: int) -> Any:
-        return self._sample()
+        return self._compiled_sample()
 
     def as_dataset(self, sample_batch_size: int, num_steps: int, num_parallel_calls: Any) -> tf.data.Dataset:
         return tf.data.Dataset.counter().map(self._sample, num_parallel_calls=num_parallel_calls)
@@ -950,6 +980,12 @@ class BareVariables(_TFBuffer):
 
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload, _BareRing(workload))
+
+    def _sample_call(self) -> Any:
+        return self.buffer._sample()  # not the compiled one, traced earlier without the debugger
+
+    def _add_call(self) -> None:
+        self.buffer._add(self._graph_batch)
 
     # Neither: it has no deterministic pass and nothing to save.
     deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
@@ -1229,13 +1265,15 @@ def markdown(results: dict[str, Any]) -> str:
         if result.get("ops"):
             lines += [
                 "",
-                "Ops in the graph of one in-graph call (nodes, with the functions they call; `benchmark.graph_ops`):",
+                "Ops of one in-graph call: those it runs (`benchmark.executed_ops`), and the nodes of its graph with",
+                "the functions they call (`benchmark.graph_ops`: both branches of a cond, a loop body once):",
                 "",
-                "| system | `get_next` | `add_batch` |",
-                "|---|---|---|",
+                "| system | `get_next` ops run | `add_batch` ops run | `get_next` nodes | `add_batch` nodes |",
+                "|---|---|---|---|---|",
             ]
             for name, counted in result["ops"].items():
-                lines.append(f"| {name} | {counted['sample']} | {counted['add']} |")
+                cells = [counted[key] for key in ("sample", "add", "sample_nodes", "add_nodes")]
+                lines.append(f"| {name} | " + " | ".join(map(str, cells)) + " |")
         if result.get("files"):
             lines += [
                 "",

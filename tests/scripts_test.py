@@ -351,10 +351,9 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         assert set(measures["sample_dataset_graph"]) == in_graph | {"tf.data ceiling"}
         assert "tfbuffers TF / bare tf.Variable" in result["ratios"]["sample_dataset_graph"]
         assert set(result["ops"]) == in_graph
-        assert all(
-            min(counted.values()) > 0 and set(counted) == {"sample", "add"} for counted in result["ops"].values()
-        )
-        # The bare sampler is the floor: every buffer's graphs hold at least its ops.
+        keys = {"sample", "add", "sample_nodes", "add_nodes"}
+        assert all(min(counted.values()) > 0 and set(counted) == keys for counted in result["ops"].values())
+        # The bare sampler is the floor: every buffer's sample runs at least its ops.
         assert all(
             counted["sample"] >= result["ops"]["bare tf.Variable"]["sample"] for counted in result["ops"].values()
         )
@@ -561,6 +560,18 @@ def test_graph_ops_counts_the_nodes_of_a_graph_and_of_the_functions_it_calls():
     double = tf.function(lambda x: x * 2)
     # The call, its argument and the output; inside the called function: the 2, the product and its output.
     assert benchmark.graph_ops(lambda: double(tf.constant(3))) == 3 + 3
+
+
+def test_executed_ops_counts_what_one_call_runs():
+    assert benchmark.executed_ops(lambda: tf.constant(1) + tf.constant(2)) == 3  # two constants and the add
+
+    def pick(flag: bool) -> tf.Tensor:
+        return tf.cond(tf.constant(flag), lambda: tf.constant(1) * 2, lambda: tf.constant(2) + 3 + 4)
+
+    # One branch runs: 3 ops (1, 2, the product) or 5 (2, 3, a sum, 4, a sum); the graph holds both.
+    ran_true, ran_false = (benchmark.executed_ops(lambda flag=flag: pick(flag)) for flag in (True, False))
+    assert ran_false - ran_true == 5 - 3
+    assert benchmark.graph_ops(lambda: pick(True)) > ran_false
 
 
 def test_the_benchmark_refuses_unknown_systems(capsys):
