@@ -297,11 +297,13 @@ def graph_ops(fn: Callable[[], Any]) -> int:
 
 
 def executed_ops(fn: Callable[[], Any]) -> int:
-    """Ops one call of `tf.function(fn)` runs, in its graph and the functions it calls: what a call costs.
+    """Ops that compute, run by one call of `tf.function(fn)` in its graph and the functions it calls.
 
-    As TensorFlow's debugger records them (`tf.debugging.experimental.enable_dump_debug_info`): a cond runs
-    one branch, a loop its condition once per turn and its body per iteration. The function is traced and
-    run once with the debugger on, which is then turned off.
+    As TensorFlow's debugger records them (`tf.debugging.experimental.enable_dump_debug_info`), which is what
+    a call costs on a small batch: a cond runs one branch, a loop its condition once per turn and its body per
+    iteration. Constants and arguments are left out (Grappler folds most constants away), and the debugger
+    sees only ops that return a tensor: the writes of an add (a scatter per field, the counter's assignment)
+    are not counted. The function is traced and run once with the debugger on, which is then turned off.
     """
     from tensorflow.python.debug.lib import debug_events_reader
 
@@ -315,7 +317,7 @@ def executed_ops(fn: Callable[[], Any]) -> int:
             tf.debugging.experimental.disable_dump_debug_info()
         with debug_events_reader.DebugDataReader(directory) as reader:
             reader.update()
-            return len(reader.graph_execution_traces())
+            return sum(trace.op_type not in ("Const", "Placeholder") for trace in reader.graph_execution_traces())
 
 
 def _checkpoint_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, float, int]:
