@@ -14,8 +14,10 @@ plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwi
 `tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
 tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each measure runs on every
 system in turn, several times (interleaved), after a warm-up; the median and the range are
-reported, and ratios are tfbuffers / peer from the same run. Outputs: a markdown table, JSON
-and a bar chart in --output-dir.
+reported, and ratios are tfbuffers / peer from the same run. Sampling is measured through the
+Python iterator, inside a learner's compiled loop, and by direct `get_next`; for the TF systems,
+the ops one in-graph sample and add run are counted too. Outputs: a markdown table, JSON and a
+bar chart in --output-dir.
 
     python scripts/benchmark.py            # full: several minutes
     python scripts/benchmark.py --quick    # small frames and repetitions: under a minute
