@@ -44,21 +44,96 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-import numpy as np
-import psutil
-import tensorflow as tf
+import _args  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = _args.new_parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
+    parser.add_argument("--workloads", default="control,atari", help="comma-separated: control, atari")
+    parser.add_argument(
+        "--systems",
+        default=None,
+        help="comma-separated system names to run (None: every one installed), e.g. 'tfbuffers py,cpprb PER'",
+    )
+    parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (None: 5, quick 2)")
+    parser.add_argument(
+        "--actors",
+        default=None,
+        help="actor process counts adding to one tfbuffers Reverb server, e.g. 1,2,4 (None: 1,2,4; quick 1; "
+        "'0' for none); needs dm-reverb and the 'tfbuffers Reverb' system",
+    )
+    parser.add_argument(
+        "--actor-seconds", type=float, default=None, help="seconds each actor adds for (None: 10, quick 2)"
+    )
+    parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+SYSTEM_NAMES = (
+    "tfbuffers TF", "TF-Agents TF", "tfbuffers py", "TF-Agents py", "tfbuffers TF prioritized",
+    "tfbuffers py prioritized", "tfbuffers TF episodes", "tfbuffers py episodes",
+    "tfbuffers TF prioritized episodes", "tfbuffers py prioritized episodes", "tfbuffers py frame stacks",
+    "cpprb uniform", "cpprb PER", "tfbuffers Reverb", "TF-Agents Reverb", "numpy limit", "bare tf.Variable",
+    "tf.data ceiling",
+)  # fmt: skip
+
+
+WORKLOAD_NAMES = ("control", "atari")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked, with the quick run's defaults filled in (nothing here imports TensorFlow)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    workloads = args.workloads.split(",")
+    if not workloads or any(name not in WORKLOAD_NAMES for name in workloads):
+        parser.error(f"argument --workloads: expected names among {', '.join(WORKLOAD_NAMES)}, got {args.workloads!r}")
+    args.workloads = workloads
+    if args.repetitions is not None and args.repetitions < 1:
+        parser.error(f"argument --repetitions: expected a positive int, got {args.repetitions}")
+    args.repetitions = args.repetitions or (2 if args.quick else 5)
+    actors_text = args.actors or ("1" if args.quick else "1,2,4")
+    try:
+        counts = [int(count) for count in actors_text.split(",")]
+    except ValueError:
+        counts = [-1]
+    if min(counts) < 0:
+        parser.error(f"argument --actors: expected process counts separated by commas, e.g. 1,2,4, got {actors_text!r}")
+    args.actors = [count for count in counts if count > 0]
+    args.actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 10.0)
+    if not 0 < args.actor_seconds < float("inf"):
+        parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
+    if args.systems is not None:
+        wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
+        if not wanted or any(name not in SYSTEM_NAMES for name in wanted):
+            parser.error(f"argument --systems: expected names among {', '.join(SYSTEM_NAMES)}, got {args.systems!r}")
+        args.systems = wanted
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
 
 # isort: split
-from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
-from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import trajectory
-from tqdm.auto import tqdm
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
-import tfbuffers
-from tfbuffers import files, specs
+# isort: split
+from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer  # noqa: E402
+from tf_agents.specs import tensor_spec  # noqa: E402
+from tf_agents.trajectories import trajectory  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+import tfbuffers  # noqa: E402
+from tfbuffers import files, specs  # noqa: E402
 
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
@@ -1367,47 +1442,13 @@ def stack() -> list[tuple[str, str]]:
     return versions
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
-    parser.add_argument("--workloads", default="control,atari", help="comma-separated: control, atari")
-    parser.add_argument(
-        "--systems",
-        default=None,
-        help="comma-separated system names to run (default: every one installed), e.g. 'tfbuffers py,cpprb PER'",
-    )
-    parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (default 5, quick 2)")
-    parser.add_argument(
-        "--actors",
-        default=None,
-        help="actor process counts adding to one tfbuffers Reverb server, e.g. 1,2,4 (default 1,2,4; quick 1; "
-        "'0' for none); needs dm-reverb and the 'tfbuffers Reverb' system",
-    )
-    parser.add_argument(
-        "--actor-seconds", type=float, default=None, help="seconds each actor adds for (default 10, quick 2)"
-    )
-    parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
+# The systems by name, in SYSTEMS' order: what --systems accepts, known before TensorFlow is imported.
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and writes its outputs."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    repetitions = args.repetitions or (2 if args.quick else 5)
-    actors_text = args.actors or ("1" if args.quick else "1,2,4")
-    try:
-        counts = [int(count) for count in actors_text.split(",")]
-    except ValueError:
-        counts = [-1]
-    if min(counts) < 0:
-        parser.error(f"argument --actors: expected process counts separated by commas, e.g. 1,2,4, got {actors_text!r}")
-    actor_counts = [count for count in counts if count > 0]
-    actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 10.0)
-    if not 0 < actor_seconds < float("inf"):
-        parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
+    args = parse_args(argv)
+    repetitions, actor_counts, actor_seconds = args.repetitions, args.actors, args.actor_seconds
     output_dir = pathlib.Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -1419,18 +1460,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     classes, left_out = available_systems()
     if args.systems is not None:
-        wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
-        unknown = [name for name in wanted if name not in {cls.name for cls in SYSTEMS}]
-        if unknown or not wanted:
-            names = ", ".join(cls.name for cls in SYSTEMS)
-            parser.error(f"argument --systems: expected names among {names}, got {args.systems!r}")
-        classes = [cls for cls in classes if cls.name in wanted]
+        classes = [cls for cls in classes if cls.name in args.systems]
     results["systems"] = [cls.name for cls in classes]
     results["left_out"] = left_out
     for name, reason in left_out.items():
         print(f"Left out {name}: {reason}.")
     started = time.perf_counter()
-    for name in args.workloads.split(","):
+    for name in args.workloads:
         workload = WORKLOADS[name]
         if args.quick:
             workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])

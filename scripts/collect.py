@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import os
 import pathlib
 import signal
 import sys
@@ -33,27 +32,9 @@ import threading
 import time
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-import numpy as np
-import tensorflow as tf
-from tf_agents.drivers import py_driver
-from tf_agents.networks import q_network
-from tf_agents.policies import epsilon_greedy_policy, py_tf_eager_policy, q_policy, random_py_policy
-from tf_agents.specs import tensor_spec
-from tqdm.auto import tqdm
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
-
-import tfbuffers  # noqa: E402
-from tfbuffers.envs import load_gymnasium  # noqa: E402
-from tfbuffers.observers import PyObserver  # noqa: E402
-
-STEPS_PER_CALL = 50  # driver steps between checks of the stop signal and the policy directory
-RECORD_COLUMNS = 2  # a --record row: environment index, step type, then the observation's values
+import _args  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -73,6 +54,75 @@ class Config:
     seed: int = 0
     record: str | None = None
     progress: bool = True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one flag per `Config` field."""
+    defaults = Config(replay_server="")
+    parser = _args.new_parser(__doc__)
+    parser.add_argument("--replay-server", required=True, help="HOST:PORT of scripts/replay_server.py")
+    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id (the server's --env)")
+    parser.add_argument("--num-envs", type=_args.positive_int, default=defaults.num_envs, help="environments")
+    parser.add_argument(
+        "--sequence-length", type=_args.positive_int, default=defaults.sequence_length, help="the server's"
+    )
+    parser.add_argument("--table-name", type=_args.plain_name, default=defaults.table_name, help="the server's")
+    parser.add_argument(
+        "--frames", type=_args.non_negative_int, default=defaults.frames, help="frames to add (0: until stopped)"
+    )
+    parser.add_argument("--policy-dir", default=None, help="where the learner publishes its Q-network")
+    parser.add_argument(
+        "--policy-poll-seconds",
+        type=_args.positive_float,
+        default=defaults.policy_poll_seconds,
+        help="seconds between looks at --policy-dir",
+    )
+    parser.add_argument("--epsilon", type=_args.probability, default=defaults.epsilon, help="epsilon-greedy")
+    parser.add_argument(
+        "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="the learner's Q-network layers"
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the environments and the policy")
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="append each added frame (environment, step type, observation) to this float64 file, for checks",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """The command line as a `Config`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not _args.ADDRESS.fullmatch(args.replay_server):
+        parser.error(f"argument --replay-server: expected HOST:PORT, got {args.replay_server!r}")
+    values = _args.config_values(parser, args, Config)
+    if importlib.util.find_spec("reverb") is None:  # the arguments are checked first, on every stack
+        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
+    return Config(**values)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
+
+# isort: split
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tf_agents.drivers import py_driver  # noqa: E402
+from tf_agents.networks import q_network  # noqa: E402
+from tf_agents.policies import epsilon_greedy_policy, py_tf_eager_policy, q_policy, random_py_policy  # noqa: E402
+from tf_agents.specs import tensor_spec  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+import tfbuffers  # noqa: E402
+from tfbuffers.envs import load_gymnasium  # noqa: E402
+from tfbuffers.observers import PyObserver  # noqa: E402
+
+STEPS_PER_CALL = 50  # driver steps between checks of the stop signal and the policy directory
+RECORD_COLUMNS = 2  # a --record row: environment index, step type, then the observation's values
 
 
 class PolicySource:
@@ -198,53 +248,6 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
         "frames_per_second": added[0] / seconds if seconds else 0.0,
         "policies_loaded": policies,
     }
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one flag per `Config` field."""
-    defaults = Config(replay_server="")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--replay-server", required=True, help="HOST:PORT of scripts/replay_server.py")
-    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id (the server's --env)")
-    parser.add_argument("--num-envs", type=_common.positive_int, default=defaults.num_envs, help="environments")
-    parser.add_argument(
-        "--sequence-length", type=_common.positive_int, default=defaults.sequence_length, help="the server's"
-    )
-    parser.add_argument("--table-name", type=_common.plain_name, default=defaults.table_name, help="the server's")
-    parser.add_argument(
-        "--frames", type=_common.non_negative_int, default=defaults.frames, help="frames to add (0: until stopped)"
-    )
-    parser.add_argument("--policy-dir", default=None, help="where the learner publishes its Q-network")
-    parser.add_argument(
-        "--policy-poll-seconds",
-        type=_common.positive_float,
-        default=defaults.policy_poll_seconds,
-        help="seconds between looks at --policy-dir",
-    )
-    parser.add_argument("--epsilon", type=_common.probability, default=defaults.epsilon, help="epsilon-greedy")
-    parser.add_argument(
-        "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="the learner's Q-network layers"
-    )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the environments and the policy")
-    parser.add_argument(
-        "--record",
-        default=None,
-        help="append each added frame (environment, step type, observation) to this float64 file, for checks",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> Config:
-    """The command line as a `Config`."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not _common.ADDRESS.fullmatch(args.replay_server):
-        parser.error(f"argument --replay-server: expected HOST:PORT, got {args.replay_server!r}")
-    values = _common.config_values(parser, args, Config)
-    if importlib.util.find_spec("reverb") is None:  # the arguments are checked first, on every stack
-        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
-    return Config(**values)
 
 
 def main(argv: list[str] | None = None) -> int:

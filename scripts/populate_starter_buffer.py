@@ -20,22 +20,74 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import pathlib
 import sys
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-import tensorflow as tf
-from tf_agents.policies import random_tf_policy, tf_policy
-from tf_agents.trajectories import policy_step
-from tqdm.auto import tqdm
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import _args  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = _args.new_parser(__doc__)
+    parser.add_argument(
+        "--buffer-name",
+        required=True,
+        type=_args.plain_name,
+        help="name of the buffer's directory under --output-dir (no '/')",
+    )
+    parser.add_argument(
+        "--capacity", type=_args.positive_int, default=50_000, help="frames the buffer holds (all segments)"
+    )
+    parser.add_argument(
+        "--steps-per-run", type=_args.positive_int, default=500, help="driver steps per run (per environment)"
+    )
+    parser.add_argument("--num-runs", type=_args.positive_int, default=10, help="runs, each from a reset environment")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
+    parser.add_argument("--policy", default="random", choices=["random", "scripted"], help="baseline policy")
+    parser.add_argument("--buffer", default="tf_uniform", choices=list(_args.BUFFER_KINDS), help="buffer kind")
+    parser.add_argument(
+        "--num-envs", type=_args.positive_int, default=1, help="parallel environments (buffer segments)"
+    )
+    parser.add_argument("--output-dir", default="out/starter", help="directory that holds starter buffers")
+    parser.add_argument("--seed", type=int, default=0, help="seed of TF and the environments")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing buffer of the same name")
+    parser.add_argument(
+        "--reverb",
+        action="store_true",
+        help="fill a ReplayBufferManager's Reverb buffer (windows of 2 frames, --capacity items) and checkpoint "
+        "it into --output-dir/--buffer-name (needs dm-reverb: the pinned stack)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked (nothing here imports TensorFlow)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.capacity < args.num_envs:
+        parser.error(f"argument --capacity: expected at least --num-envs={args.num_envs}, got {args.capacity}")
+    if args.reverb and importlib.util.find_spec("reverb") is None:
+        parser.error(
+            "argument --reverb: dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)"
+        )
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
+
+# isort: split
 import _common  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tf_agents.policies import random_tf_policy, tf_policy  # noqa: E402
+from tf_agents.trajectories import policy_step  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
 from tfbuffers.collect import warm  # noqa: E402
@@ -141,51 +193,9 @@ def _populate_reverb(
     return directory, {"frames_collected": frames, "items": items, "checkpoint": checkpoint}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--buffer-name",
-        required=True,
-        type=_common.plain_name,
-        help="name of the buffer's directory under --output-dir (no '/')",
-    )
-    parser.add_argument(
-        "--capacity", type=_common.positive_int, default=50_000, help="frames the buffer holds (all segments)"
-    )
-    parser.add_argument(
-        "--steps-per-run", type=_common.positive_int, default=500, help="driver steps per run (per environment)"
-    )
-    parser.add_argument("--num-runs", type=_common.positive_int, default=10, help="runs, each from a reset environment")
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
-    parser.add_argument("--policy", default="random", choices=["random", "scripted"], help="baseline policy")
-    parser.add_argument("--buffer", default="tf_uniform", choices=sorted(_common.BUFFERS), help="buffer kind")
-    parser.add_argument(
-        "--num-envs", type=_common.positive_int, default=1, help="parallel environments (buffer segments)"
-    )
-    parser.add_argument("--output-dir", default="out/starter", help="directory that holds starter buffers")
-    parser.add_argument("--seed", type=int, default=0, help="seed of TF and the environments")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing buffer of the same name")
-    parser.add_argument(
-        "--reverb",
-        action="store_true",
-        help="fill a ReplayBufferManager's Reverb buffer (windows of 2 frames, --capacity items) and checkpoint "
-        "it into --output-dir/--buffer-name (needs dm-reverb: the pinned stack)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parses the command line, populates, saves and prints where."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.capacity < args.num_envs:
-        parser.error(f"argument --capacity: expected at least --num-envs={args.num_envs}, got {args.capacity}")
-    if args.reverb and importlib.util.find_spec("reverb") is None:
-        parser.error(
-            "argument --reverb: dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)"
-        )
+    args = parse_args(argv)
     try:
         directory, metadata = populate(
             buffer_name=args.buffer_name,

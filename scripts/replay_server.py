@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import pathlib
 import signal
 import sys
@@ -39,17 +38,61 @@ import threading
 import time
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-from tf_agents.policies import random_tf_policy
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _args  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = _args.new_parser(__doc__)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
+    source.add_argument("--spec-file", default=None, help="the frames' spec from a TF-Agents .pbtxt spec file")
+    parser.add_argument("--port", type=_args.positive_int, required=True, help="TCP port to serve on")
+    parser.add_argument("--capacity", type=_args.positive_int, default=100_000, help="items the table holds")
+    parser.add_argument("--sequence-length", type=_args.positive_int, default=2, help="frames per item")
+    parser.add_argument("--sampler", choices=_args.REVERB_SAMPLERS, default="uniform", help="how items are drawn")
+    parser.add_argument("--table-name", default="tfbuffers", type=_args.plain_name, help="the table's name")
+    parser.add_argument(
+        "--min-size-to-sample", type=_args.positive_int, default=1, help="items the table holds before sampling"
+    )
+    parser.add_argument(
+        "--samples-per-insert",
+        type=_args.positive_float,
+        default=None,
+        help="pace actors and learners to about this many samples per item (Reverb's SampleToInsertRatio; "
+        "default: no pacing, Reverb's MinSize)",
+    )
+    parser.add_argument("--checkpoint-dir", default=None, help="restore from and checkpoint to this directory")
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=_args.positive_int,
+        default=600,
+        help="seconds between checkpoints (with --checkpoint-dir)",
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked as far as it can be without TensorFlow (the spec file is read later)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("reverb") is None:
+        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
+
+# isort: split
+from tf_agents.policies import random_tf_policy  # noqa: E402
 
 from tfbuffers.envs import load_gymnasium  # noqa: E402
-from tfbuffers.reverb_replay_buffer import SAMPLERS, make_rate_limiter, make_table  # noqa: E402
+from tfbuffers.reverb_replay_buffer import make_rate_limiter, make_table  # noqa: E402
 
 NO_AUTHENTICATION = (
     "NO AUTHENTICATION: Reverb serves gRPC on every network interface; anyone who can reach port {port} can read, "
@@ -71,37 +114,6 @@ def trajectory_spec(env_id: str) -> Any:
     """The TF-Agents trajectory spec of a gymnasium environment (what its drivers and actors add)."""
     env = load_gymnasium(env_id, tf_environment=True)
     return random_tf_policy.RandomTFPolicy(env.time_step_spec(), env.action_spec()).trajectory_spec
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
-    source.add_argument("--spec-file", default=None, help="the frames' spec from a TF-Agents .pbtxt spec file")
-    parser.add_argument("--port", type=_common.positive_int, required=True, help="TCP port to serve on")
-    parser.add_argument("--capacity", type=_common.positive_int, default=100_000, help="items the table holds")
-    parser.add_argument("--sequence-length", type=_common.positive_int, default=2, help="frames per item")
-    parser.add_argument("--sampler", choices=SAMPLERS, default="uniform", help="how items are drawn")
-    parser.add_argument("--table-name", default="tfbuffers", type=_common.plain_name, help="the table's name")
-    parser.add_argument(
-        "--min-size-to-sample", type=_common.positive_int, default=1, help="items the table holds before sampling"
-    )
-    parser.add_argument(
-        "--samples-per-insert",
-        type=_common.positive_float,
-        default=None,
-        help="pace actors and learners to about this many samples per item (Reverb's SampleToInsertRatio; "
-        "default: no pacing, Reverb's MinSize)",
-    )
-    parser.add_argument("--checkpoint-dir", default=None, help="restore from and checkpoint to this directory")
-    parser.add_argument(
-        "--checkpoint-interval",
-        type=_common.positive_int,
-        default=600,
-        help="seconds between checkpoints (with --checkpoint-dir)",
-    )
-    return parser
 
 
 def serve(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -138,7 +150,7 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parses the command line and serves until SIGTERM or SIGINT."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     if args.spec_file is not None:
         from google.protobuf import text_format  # type: ignore[import-untyped]
         from tensorflow import errors
@@ -149,8 +161,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(
                 f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {args.spec_file!r}: {error}"
             )
-    if importlib.util.find_spec("reverb") is None:
-        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -23,14 +23,43 @@ import contextlib
 import ctypes
 import gc
 import json
-import os
 import pathlib
 import sys
 import time
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import _args  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = _args.new_parser(__doc__)
+    parser.add_argument(
+        "--buffer", default="tf_uniform", choices=["tf_uniform", "py_uniform"], help="the buffer kind under test"
+    )
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run")
+    parser.add_argument("--round-seconds", type=float, default=10.0, help="length of one stress round")
+    parser.add_argument("--batch-size", type=int, default=4, help="segments")
+    parser.add_argument("--max-length", type=int, default=8, help="frames per segment (short: constant overwrites)")
+    parser.add_argument("--graph-writer", action="store_true", help="one writer adding through tf.function")
+    parser.add_argument("--output-dir", default="out/soak", help="where soak.json and soak.png go")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked."""
+    return build_parser().parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
+
+# isort: split
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -151,25 +180,9 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     plt.close(figure)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--buffer", default="tf_uniform", choices=["tf_uniform", "py_uniform"], help="the buffer kind under test"
-    )
-    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run")
-    parser.add_argument("--round-seconds", type=float, default=10.0, help="length of one stress round")
-    parser.add_argument("--batch-size", type=int, default=4, help="segments")
-    parser.add_argument("--max-length", type=int, default=8, help="frames per segment (short: constant overwrites)")
-    parser.add_argument("--graph-writer", action="store_true", help="one writer adding through tf.function")
-    parser.add_argument("--output-dir", default="out/soak", help="where soak.json and soak.png go")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the soak and writes its outputs."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     result = soak(
         args.buffer,
         args.minutes,

@@ -35,6 +35,10 @@ import tempfile
 import time
 from typing import Any
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import _args  # noqa: E402
+
 IMPORT = "from tf_agents.replay_buffers import tf_uniform_replay_buffer\n"
 SWAPPED = "import tfbuffers as tf_uniform_replay_buffer\n"
 PENDULUM = "Pendulum-v1"
@@ -226,7 +230,7 @@ def _stack() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _args.new_parser(__doc__)
     parser.add_argument(
         "examples", nargs="*", metavar="EXAMPLE", help=f"which programs to run, of {', '.join(EXAMPLES)} (default: all)"
     )
@@ -239,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where the programs write checkpoints, summaries and logs (default: a temporary directory)",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per program (default: 600)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per program")
     return parser
 
 

@@ -30,35 +30,14 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import os
 import pathlib
 import sys
 import time
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import _quiet  # noqa: F401 (first: keeps gym's import notice off stderr)
-import numpy as np
-import tensorflow as tf
-from tf_agents.agents.dqn import dqn_agent
-from tf_agents.drivers import dynamic_episode_driver, dynamic_step_driver
-from tf_agents.metrics import tf_metrics
-from tf_agents.networks import q_network
-from tf_agents.policies import random_tf_policy
-from tf_agents.utils import common
-from tqdm.auto import tqdm
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
-
-import tfbuffers  # noqa: E402
-from tfbuffers.collect import warm  # noqa: E402
-from tfbuffers.envs import load_gymnasium  # noqa: E402
-from tfbuffers.observers import TFObserver  # noqa: E402
-
-PRIORITY_FLOOR = 1e-6  # added to |TD error| so that no transition's priority is 0 (never drawn)
+import _args  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -91,6 +70,154 @@ class Config:
     progress: bool = True
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one flag per `Config` field."""
+    defaults = Config()
+    parser = _args.new_parser(__doc__)
+    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id with a Discrete action space")
+    parser.add_argument(
+        "--buffer",
+        default=defaults.buffer,
+        choices=list(_args.BUFFER_KINDS),
+        help="buffer kind (a starter buffer keeps its own kind and segments; its frames fill --replay-capacity)",
+    )
+    parser.add_argument(
+        "--num-iterations", type=_args.positive_int, default=defaults.num_iterations, help="collect+train iterations"
+    )
+    parser.add_argument(
+        "--num-envs", type=_args.positive_int, default=defaults.num_envs, help="parallel environments (segments)"
+    )
+    parser.add_argument(
+        "--initial-collect-frames",
+        type=_args.non_negative_int,
+        default=defaults.initial_collect_frames,
+        help="random frames first",
+    )
+    parser.add_argument(
+        "--collect-steps-per-iteration",
+        type=_args.positive_int,
+        default=defaults.collect_steps_per_iteration,
+        help="driver steps",
+    )
+    parser.add_argument(
+        "--replay-capacity", type=_args.positive_int, default=defaults.replay_capacity, help="buffer capacity"
+    )
+    parser.add_argument(
+        "--batch-size", type=_args.positive_int, default=defaults.batch_size, help="sampled transitions per step"
+    )
+    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="Adam learning rate")
+    parser.add_argument("--gamma", type=_args.probability, default=defaults.gamma, help="discount factor")
+    parser.add_argument(
+        "--n-step",
+        type=_args.positive_int,
+        default=defaults.n_step,
+        help="learn from N-step returns (windows of N + 1 frames through tfbuffers.n_step_dataset); 1: plain DQN",
+    )
+    parser.add_argument(
+        "--epsilon", type=_args.probability, default=defaults.epsilon, help="epsilon-greedy exploration"
+    )
+    parser.add_argument(
+        "--target-update-period",
+        type=_args.positive_int,
+        default=defaults.target_update_period,
+        help="train steps per target sync",
+    )
+    parser.add_argument(
+        "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="Q-network hidden layer sizes, e.g. 100,50"
+    )
+    parser.add_argument(
+        "--eval-interval", type=_args.positive_int, default=defaults.eval_interval, help="iterations between evals"
+    )
+    parser.add_argument(
+        "--eval-episodes", type=_args.positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
+    )
+    parser.add_argument(
+        "--beta",
+        type=_args.probability,
+        default=defaults.beta,
+        help="prioritized buffers: importance-weight exponent at the start, annealed to 1 by the last iteration",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="seed of TF, numpy, the environments and the buffer: a run repeats on one machine and stack "
+        "(not with --replay-server, whose actors add as they go)",
+    )
+    parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")
+    parser.add_argument(
+        "--starter-buffer",
+        default=None,
+        help="directory of a buffer made by populate_starter_buffer.py to start from: its frames seed a buffer of "
+        "--replay-capacity (the newest that fit)",
+    )
+    parser.add_argument(
+        "--replay-server",
+        default=None,
+        help="HOST:PORT of scripts/replay_server.py (or several, comma-separated): learn from actors' frames there",
+    )
+    parser.add_argument(
+        "--policy-dir", default=None, help="publish the Q-network here for scripts/collect.py --policy-dir"
+    )
+    parser.add_argument(
+        "--policy-interval",
+        type=_args.positive_int,
+        default=defaults.policy_interval,
+        help="iterations between publications to --policy-dir",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """The command line as a `Config`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    values = _args.config_values(parser, args, Config)
+    if not args.learning_rate > 0:
+        parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
+    if args.n_step > 1 and args.replay_server:
+        parser.error("argument --n-step: not with --replay-server (its tables hold windows of 2 frames)")
+    if args.n_step + 1 > max(args.replay_capacity // args.num_envs, 2):
+        parser.error(
+            f"argument --n-step: expected windows of N + 1 frames to fit a segment of --replay-capacity / "
+            f"--num-envs = {max(args.replay_capacity // args.num_envs, 2)} frames, got {args.n_step}"
+        )
+    if args.replay_server:
+        if args.starter_buffer:
+            parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")
+        for address in args.replay_server.split(","):
+            if not _args.ADDRESS.fullmatch(address):
+                parser.error(f"argument --replay-server: expected HOST:PORT[,HOST:PORT...], got {address!r}")
+        if importlib.util.find_spec("reverb") is None:
+            parser.error("argument --replay-server: dm-reverb cannot be imported here (pinned stack, Python 3.11)")
+    return Config(**values)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answered before TensorFlow is imported
+
+import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known start-up notices filtered)
+
+# isort: split
+import _common  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tf_agents.agents.dqn import dqn_agent  # noqa: E402
+from tf_agents.drivers import dynamic_episode_driver, dynamic_step_driver  # noqa: E402
+from tf_agents.metrics import tf_metrics  # noqa: E402
+from tf_agents.networks import q_network  # noqa: E402
+from tf_agents.policies import random_tf_policy  # noqa: E402
+from tf_agents.utils import common  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+import tfbuffers  # noqa: E402
+from tfbuffers.collect import warm  # noqa: E402
+from tfbuffers.envs import load_gymnasium  # noqa: E402
+from tfbuffers.observers import TFObserver  # noqa: E402
+
+PRIORITY_FLOOR = 1e-6  # added to |TD error| so that no transition's priority is 0 (never drawn)
+
+
 @dataclasses.dataclass
 class Result:
     """What a run did and reached."""
@@ -116,11 +243,19 @@ def _evaluate(driver_run: Any, metric: Any) -> float:
     return float(metric.result().numpy())
 
 
+def seed_everything(seed: int) -> None:
+    """TensorFlow's, numpy's and Python's random numbers from `seed` (`main` also makes TensorFlow's ops deterministic).
+
+    With the environments (seeded by `load_gymnasium`), the py buffers' samplers (seeded by `make_buffer`) and
+    the datasets read in step with collection (`train`), a run of one seed repeats on one machine and stack.
+    """
+    tf.keras.utils.set_random_seed(seed)  # Python's random, numpy's and TensorFlow's global seed
+
+
 def train(config: Config) -> Result:
     """Runs DQN as `config` says and returns the learning curve and a summary."""
     started = time.perf_counter()
-    tf.random.set_seed(config.seed)
-    np.random.seed(config.seed)
+    seed_everything(config.seed)
     output_dir = pathlib.Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -156,11 +291,11 @@ def train(config: Config) -> Result:
         # The starter seeds a training buffer of --replay-capacity (its newest frames, if it holds more).
         max_length = max(config.replay_capacity // num_envs, 2)
         buffer, _ = _common.load_starter_buffer(
-            pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec, max_length
+            pathlib.Path(config.starter_buffer or ""), agent.collect_data_spec, max_length, config.seed
         )
     else:
         buffer = _common.make_buffer(
-            config.buffer, agent.collect_data_spec, num_envs, max(config.replay_capacity // num_envs, 2)
+            config.buffer, agent.collect_data_spec, num_envs, max(config.replay_capacity // num_envs, 2), config.seed
         )
     frames_from_starter = 0 if shards else int(buffer.num_frames())
 
@@ -196,16 +331,17 @@ def train(config: Config) -> Result:
     )
     evaluate = tf.function(eval_driver.run)
 
-    if shards:
-        dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed)
+    # Each batch is read when the train step asks, after that iteration's collection: which frames it can
+    # draw, and the random numbers it draws them with, are then the same in every run of one seed. (Reading
+    # ahead, with prefetch or parallel calls, would race the collector.)
+    if shards:  # actors in other processes add: a run with a replay server is not repeatable
+        dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed).prefetch(3)
     elif config.n_step > 1:  # windows of n + 1 frames become n-step transitions, cut at episode ends
         windows = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=config.n_step + 1)
-        dataset = tfbuffers.n_step_dataset(windows, config.gamma, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = tfbuffers.n_step_dataset(windows, config.gamma)
     else:
-        dataset = buffer.as_dataset(
-            sample_batch_size=config.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
-        )
-    experience = iter(dataset.prefetch(3))
+        dataset = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2)
+    experience = iter(dataset)
     train_fn = common.function(agent.train)
     prioritized = getattr(buffer, "sampler", "prioritized") == "prioritized" and hasattr(buffer, "update_priorities")
     publisher = None
@@ -326,127 +462,10 @@ def _plot(iterations: list[int], returns: list[float], config: Config, path: pat
     plt.close(figure)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one flag per `Config` field."""
-    defaults = Config()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id with a Discrete action space")
-    parser.add_argument(
-        "--buffer",
-        default=defaults.buffer,
-        choices=sorted(_common.BUFFERS),
-        help="buffer kind (a starter buffer keeps its own kind and segments; its frames fill --replay-capacity)",
-    )
-    parser.add_argument(
-        "--num-iterations", type=_common.positive_int, default=defaults.num_iterations, help="collect+train iterations"
-    )
-    parser.add_argument(
-        "--num-envs", type=_common.positive_int, default=defaults.num_envs, help="parallel environments (segments)"
-    )
-    parser.add_argument(
-        "--initial-collect-frames",
-        type=_common.non_negative_int,
-        default=defaults.initial_collect_frames,
-        help="random frames first",
-    )
-    parser.add_argument(
-        "--collect-steps-per-iteration",
-        type=_common.positive_int,
-        default=defaults.collect_steps_per_iteration,
-        help="driver steps",
-    )
-    parser.add_argument(
-        "--replay-capacity", type=_common.positive_int, default=defaults.replay_capacity, help="buffer capacity"
-    )
-    parser.add_argument(
-        "--batch-size", type=_common.positive_int, default=defaults.batch_size, help="sampled transitions per step"
-    )
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="Adam learning rate")
-    parser.add_argument("--gamma", type=_common.probability, default=defaults.gamma, help="discount factor")
-    parser.add_argument(
-        "--n-step",
-        type=_common.positive_int,
-        default=defaults.n_step,
-        help="learn from N-step returns (windows of N + 1 frames through tfbuffers.n_step_dataset); 1: plain DQN",
-    )
-    parser.add_argument(
-        "--epsilon", type=_common.probability, default=defaults.epsilon, help="epsilon-greedy exploration"
-    )
-    parser.add_argument(
-        "--target-update-period",
-        type=_common.positive_int,
-        default=defaults.target_update_period,
-        help="train steps per target sync",
-    )
-    parser.add_argument(
-        "--fc-layers", default=",".join(map(str, defaults.fc_layers)), help="Q-network hidden layer sizes, e.g. 100,50"
-    )
-    parser.add_argument(
-        "--eval-interval", type=_common.positive_int, default=defaults.eval_interval, help="iterations between evals"
-    )
-    parser.add_argument(
-        "--eval-episodes", type=_common.positive_int, default=defaults.eval_episodes, help="episodes per evaluation"
-    )
-    parser.add_argument(
-        "--beta",
-        type=_common.probability,
-        default=defaults.beta,
-        help="prioritized buffers: importance-weight exponent at the start, annealed to 1 by the last iteration",
-    )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of TF, numpy and the environments")
-    parser.add_argument("--output-dir", default=defaults.output_dir, help="where the PNG and JSON are written")
-    parser.add_argument(
-        "--starter-buffer",
-        default=None,
-        help="directory of a buffer made by populate_starter_buffer.py to start from: its frames seed a buffer of "
-        "--replay-capacity (the newest that fit)",
-    )
-    parser.add_argument(
-        "--replay-server",
-        default=None,
-        help="HOST:PORT of scripts/replay_server.py (or several, comma-separated): learn from actors' frames there",
-    )
-    parser.add_argument(
-        "--policy-dir", default=None, help="publish the Q-network here for scripts/collect.py --policy-dir"
-    )
-    parser.add_argument(
-        "--policy-interval",
-        type=_common.positive_int,
-        default=defaults.policy_interval,
-        help="iterations between publications to --policy-dir",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> Config:
-    """The command line as a `Config`."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    values = _common.config_values(parser, args, Config)
-    if not args.learning_rate > 0:
-        parser.error(f"argument --learning-rate: expected a positive number, got {args.learning_rate}")
-    if args.n_step > 1 and args.replay_server:
-        parser.error("argument --n-step: not with --replay-server (its tables hold windows of 2 frames)")
-    if args.n_step + 1 > max(args.replay_capacity // args.num_envs, 2):
-        parser.error(
-            f"argument --n-step: expected windows of N + 1 frames to fit a segment of --replay-capacity / "
-            f"--num-envs = {max(args.replay_capacity // args.num_envs, 2)} frames, got {args.n_step}"
-        )
-    if args.replay_server:
-        if args.starter_buffer:
-            parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")
-        for address in args.replay_server.split(","):
-            if not _common.ADDRESS.fullmatch(address):
-                parser.error(f"argument --replay-server: expected HOST:PORT[,HOST:PORT...], got {address!r}")
-        if importlib.util.find_spec("reverb") is None:
-            parser.error("argument --replay-server: dm-reverb cannot be imported here (pinned stack, Python 3.11)")
-    return Config(**values)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Trains as the command line says and prints a short summary."""
     config = parse_args(argv)
+    tf.config.experimental.enable_op_determinism()  # for the whole process: here, not in `train`
     result = train(config)
     print(
         f"DQN on {config.env} with {buffer_label(config)}: average return {result.final_return:.1f} "

@@ -1,10 +1,10 @@
 """The notebooks in colabs/ run top to bottom against this checkout, on each stack where their features exist.
 
 Each notebook's first code cell installs tfbuffers as its reader would: on Colab's runtime (Python 3.12,
-current TensorFlow) from the repository with the `current` extra, or, for Reverb, on a Python 3.11 runtime
-from the repository's constraints. Here those lines are rewritten to this checkout and run where the
-notebook's runtime is this interpreter's (everything they ask for is installed already, so they leave the
-environment as it was); a `git clone` of the repository becomes a link to the checkout. The other cells run
+current TensorFlow) from the repository with the `all` extra, or, for Reverb, on a Python 3.11 runtime
+from the repository's constraints. Here nothing is installed: each `%pip` line is checked against this
+environment instead (every requirement it names is installed, in a version it allows), where the notebook's
+runtime is this interpreter's; a `git clone` of the repository becomes a link to the checkout. The other cells run
 in one namespace, in order, in a temporary directory, with `TFBUFFERS_NOTEBOOK_SMALL=1` (smaller sizes) and
 every figure that `plt.show()` shows saved. Then each notebook's own checks look at what it computed.
 """
@@ -14,18 +14,14 @@ from __future__ import annotations
 import configparser
 import contextlib
 import dataclasses
-import fcntl
-import hashlib
+import importlib.metadata
 import importlib.util
 import io
 import json
-import os
 import pathlib
 import re
 import shlex
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +36,17 @@ URL = REPOSITORY["metadata"]["url"]  # https://github.com/tfbuffers/tfbuffers
 RAW = URL.replace("https://github.com/", "https://raw.githubusercontent.com/") + "/main"
 BADGE = "https://colab.research.google.com/github/" + URL.removeprefix("https://github.com/") + "/blob/main/colabs/"
 
-COLAB_PACKAGE = f'"tfbuffers[current] @ git+{URL}"'
+COLAB_PACKAGE = f'"tfbuffers[all] @ git+{URL}"'
 COLAB_INSTALL = f"%pip install -q {COLAB_PACKAGE}\n%pip install -q --no-deps tf-agents==0.19.0"
 PINNED_PACKAGE = f'-c {RAW}/constraints.txt "tfbuffers[all] @ git+{URL}"'
-PINNED_INSTALL = f"%pip install -q {PINNED_PACKAGE}"
+PINNED_INSTALL = f"""import sys
+
+if sys.version_info[:2] != (3, 11):  # before anything is installed
+    raise RuntimeError(
+        f"This notebook needs a Python 3.11 runtime (found {{sys.version.split()[0]}}): dm-reverb has no wheel past "
+        "Python 3.11. Run it in a local Jupyter on Python 3.11 with the README's setup."
+    )
+%pip install -q {PINNED_PACKAGE}"""
 CLONE = f"!git clone -q --depth 1 {URL} tfbuffers-src"
 
 COLAB_RUNTIME = sys.version_info >= (3, 12)  # the current stack: Colab's hosted runtime
@@ -171,7 +174,7 @@ NOTEBOOKS = {
     "collect_and_train.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_collect_and_train),
     "concurrency.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_concurrency),
     "prioritized_replay.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_prioritized_replay),
-    "reverb_and_scaling.ipynb": Notebook([PINNED_INSTALL], check_reverb_and_scaling, reverb=True),
+    "reverb_and_scaling.ipynb": Notebook(PINNED_INSTALL.splitlines(), check_reverb_and_scaling, reverb=True),
     "save_load_and_episodes.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_save_load_and_episodes),
     "performance.ipynb": Notebook([*COLAB_INSTALL.splitlines(), CLONE], check_performance),
 }
@@ -200,42 +203,56 @@ def test_notebook_opens_in_colab_installs_and_stores_no_outputs(path):
             assert (cell["outputs"], cell["execution_count"]) == ([], None)
 
 
-def run_install_line(line: str, directory: pathlib.Path) -> None:
-    """One line of an install cell, rewritten to this checkout; skipped where the notebook's runtime is not this."""
+def run_install_line(line: str, directory: pathlib.Path, namespace: dict[str, Any]) -> None:
+    """One line of an install cell: `%pip` lines checked against this environment (never run), others run."""
     if line == CLONE:
         (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
+        return
+    if not line.startswith("%pip"):
+        namespace.setdefault("__install__", []).append(line)
         return
     if PINNED_PACKAGE in line:
         if COLAB_RUNTIME:
             return  # the pinned stack's line: a Python 3.11 runtime
-        constraints = shlex.quote(str(CHECKOUT / "constraints.txt"))
-        line = line.replace(PINNED_PACKAGE, f"-c {constraints} -e " + shlex.quote(f"{CHECKOUT}[all]"))
-    else:
-        if not COLAB_RUNTIME:
-            return  # Colab's lines: Python 3.12+; the pinned stack was set up by the README's command
-        line = line.replace(COLAB_PACKAGE, "-e " + shlex.quote(f"{CHECKOUT}[current]"))
-    run_pip_once(line)
+        assert_installed(line.replace(PINNED_PACKAGE, "-c constraints.txt tfbuffers[all]"))
+    elif COLAB_RUNTIME:
+        assert_installed(line.replace(COLAB_PACKAGE, "tfbuffers[all]"))
+    # else: Colab's lines, for Python 3.12+; the pinned stack was set up by the README's command
 
 
-def run_pip_once(line: str) -> None:
-    """Runs one `%pip ...` line as IPython does (pip of the running interpreter), once per test run.
+def assert_installed(line: str) -> None:
+    """Asserts that what a `%pip install` line asks for is installed here, in versions it allows.
 
-    The test workers share the environment: a file lock keeps two pip runs from writing it at once, and a
-    marker keyed by the run (pytest-xdist's id) keeps a line from running again.
+    `tfbuffers[EXTRA]` stands for the extras' requirements in setup.cfg (markers evaluated here), `-c FILE` for
+    the checkout's constraints file, `--no-deps NAME==VERSION` for that version alone.
     """
-    command, _, arguments = line.partition(" ")
-    assert command == "%pip", line
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
-    key = hashlib.sha256(f"{sys.prefix}\n{run}\n{line}".encode()).hexdigest()[:16]
-    lock = pathlib.Path(tempfile.gettempdir()) / "tfbuffers-notebooks-pip.lock"
-    marker = lock.with_name(f"tfbuffers-notebooks-pip-{key}")
-    with open(lock, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        if not marker.exists():
-            subprocess.run(
-                [sys.executable, "-m", "pip", *shlex.split(arguments)], check=True, stdout=subprocess.DEVNULL
-            )
-            marker.touch()
+    from packaging.requirements import Requirement
+
+    arguments = shlex.split(line)[2:]
+    requirements: list[Requirement] = []
+    constraints = pathlib.Path()
+    while arguments:
+        argument = arguments.pop(0)
+        if argument == "-c":
+            constraints = CHECKOUT / arguments.pop(0)
+            requirements += [Requirement(text) for text in constraints.read_text().splitlines() if "==" in text]
+        elif argument.startswith("tfbuffers["):
+            for extra in Requirement(argument).extras:
+                texts = REPOSITORY["options.extras_require"][extra].strip().splitlines()
+                requirements += [Requirement(text) for text in texts]
+        elif not argument.startswith("-"):
+            requirements.append(Requirement(argument))
+    assert requirements, line
+    for requirement in requirements:
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            if constraints.name and requirement.name not in line:
+                continue  # a constraint limits versions; it installs nothing by itself
+            raise AssertionError(f"{line}: {requirement.name} is not installed") from None
+        assert requirement.specifier.contains(version, prereleases=True), f"{line}: {requirement} (found {version})"
 
 
 WRITEFILE = re.compile(r"%%writefile (\S+)\n")
@@ -274,9 +291,10 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("TFBUFFERS_NOTEBOOK_SMALL", "1")
     monkeypatch.chdir(tmp_path)
     install, *sources = code_cells(path)
-    for line in install.splitlines():
-        run_install_line(line, tmp_path)
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    for line in install.splitlines():
+        run_install_line(line, tmp_path, namespace)
+    exec(compile("\n".join(namespace.pop("__install__", [])), "<install cell>", "exec"), namespace)  # noqa: S102
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         for source in sources:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -674,3 +675,62 @@ def test_nbytes_counts_the_storage(name, episodes):
     assert buffer.nbytes == expected
     buffer.close()
     assert buffer.nbytes == 0
+
+
+# A sample_batch_size known only when the graph runs (issue 29): TF-Agents accepts one inside `tf.function`.
+
+# The episode-aware variant stores step types beside the integer codes (`assert_whole` checks the codes).
+EPISODES_SPEC = {**SPEC, "step_type": tf.TensorSpec([], tf.int32)}
+
+
+def fill_episodes(buffer, num_adds):
+    for t in range(num_adds):
+        buffer.add_batch({**batch(3, t), "step_type": np.full([3], 1, np.int32)})  # MID: one long episode
+
+
+DYNAMIC_KINDS = [(name, episodes) for name in conftest.BUFFER_KINDS for episodes in (False, True)]
+
+
+@pytest.mark.parametrize(("name", "episodes"), DYNAMIC_KINDS, ids=[f"{n}-episodes_{e}" for n, e in DYNAMIC_KINDS])
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_a_tensor_sample_batch_size_inside_a_function(name, episodes, dtype):
+    if episodes:
+        buffer = make(name, spec=EPISODES_SPEC, batch_size=3, max_length=5, episode_boundaries=True)
+        fill_episodes(buffer, 4)
+    else:
+        buffer = make(name, batch_size=3, max_length=5)
+        fill(buffer, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([], dtype)])
+    def sample(size):
+        windows, info = buffer.get_next(sample_batch_size=size, num_steps=2)
+        single, _ = buffer.get_next(sample_batch_size=size)
+        return windows, info, single
+
+    for size in (1, 7):
+        windows, info, single = sample(tf.constant(size, dtype))
+        codes = assert_whole(windows)
+        assert codes.shape == (size, 2) and np.all(codes[:, 1] - codes[:, 0] == 1)  # one segment, in order
+        assert info.ids.shape == (size, 2) and info.probabilities.shape == (size,)
+        assert np.all(info.probabilities.numpy() > 0)
+        assert assert_whole(single).shape == (size,)
+    graph = sample.get_concrete_function().structured_outputs[0]["step"]
+    assert graph.shape.as_list() == [None, 2]  # the batch dimension, unknown until the graph runs
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape("sample_batch_size: expected a positive int")):
+        sample(tf.constant(0, dtype))
+    # Refused, the buffer works on.
+    buffer.add_batch({**batch(3, 4), "step_type": np.full([3], 1, np.int32)} if episodes else batch(3, 4))
+    assert assert_whole(sample(tf.constant(2, dtype))[0]).shape == (2, 2)
+    assert int(buffer.num_frames()) == 15
+
+
+@pytest.mark.parametrize("name", list(conftest.BUFFER_KINDS))
+def test_a_tensor_sample_batch_size_of_another_kind_is_refused_when_traced(name):
+    buffer = make(name)
+    fill(buffer, 2)
+    message = "sample_batch_size: expected a positive int or None, got "
+    for signature in (tf.TensorSpec([], tf.float32), tf.TensorSpec([2], tf.int64)):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            tf.function(lambda size: buffer.get_next(sample_batch_size=size), input_signature=[signature])
+            tf.function(lambda size: buffer.get_next(sample_batch_size=size)).get_concrete_function(signature)
+    assert assert_whole(buffer.get_next(sample_batch_size=2)[0]).shape == (2,)

@@ -172,11 +172,35 @@ def test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file(tmp
     assert sorted(pathlib.Path(tmp_path).iterdir()) == [path]
 
 
-def test_without_safetensors_the_import_names_the_extra():
-    code = "import sys; sys.modules['safetensors'] = None\nimport tfbuffers.files"
+def test_without_safetensors_files_save_and_load_and_a_version_1_file_names_the_extra(tmp_path):
+    # Format version 2 is written and read by tfbuffers itself: the core install (no extras) saves and loads.
+    import safetensors.numpy
+
+    buffer = tfbuffers.PyUniformReplayBuffer({"step": tf.TensorSpec([], tf.int64)}, batch_size=1, max_length=3)
+    header = {"format": "tfbuffers.segmented/1", "buffer": "PyUniformReplayBuffer", "batch_size": "1"}
+    header |= {"max_length": "3", "frames": "0", "metadata": "{}"}
+    header["fields"] = json.dumps(buffer.state().describe()["fields"])
+    v1 = tmp_path / "v1.safetensors"
+    safetensors.numpy.save_file(
+        {"added": np.array([0], np.int64), "field/step": np.zeros([3, 1], np.int64)}, v1, header
+    )
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["safetensors"] = None
+        import numpy as np, tensorflow as tf, tfbuffers
+        from tfbuffers import files
+        buffer = tfbuffers.PyUniformReplayBuffer({{"step": tf.TensorSpec([], tf.int64)}}, batch_size=1, max_length=3)
+        buffer.add_batch({{"step": np.array([5])}})
+        path = buffer.save({str(tmp_path / "v2.safetensors")!r})
+        print(tfbuffers.load(path).gather_all()["step"].tolist())
+        files.load({str(v1)!r}, buffer)
+        """
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1
-    assert "ImportError: tfbuffers.files needs safetensors" in run.stderr
+    assert run.stdout.splitlines()[-1] == "[[5]]"
+    assert f"ImportError: {v1}: a format version 1 file is read with safetensors" in run.stderr
     assert "pip install 'tfbuffers[files]'" in run.stderr
 
 

@@ -226,3 +226,23 @@ def test_nbytes_counts_each_distinct_frame_once():
     distinct = 2 * 2 * (1 + 19)  # per segment and episode: the first frame, then one new frame per add
     assert stacked.nbytes == handles_and_codes + (1 + distinct) * (frame + 16)
     assert plain.nbytes == 100 * (DEPTH * frame + 8) + 8
+
+
+def test_py_hashed_replay_buffer_takes_a_tensor_sample_batch_size_inside_a_function():
+    buffer = tfbuffers.PyHashedReplayBuffer(data_spec=hashed_spec(), capacity=8)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def sample(size):
+        items, info = buffer.get_next(sample_batch_size=size)
+        return items.observation, info.ids
+
+    observation, ids = sample(tf.constant(3))  # empty: zeros, ids -1, as TF-Agents' py buffer
+    assert observation.shape == (3, SIDE, SIDE, DEPTH) and ids.numpy().tolist() == [-1, -1, -1]
+    single = [np.full([SIDE, SIDE, 1], k, np.int32) for k in range(1, 8)]
+    for k in range(3):
+        step = ts.transition(np.concatenate(single[k : k + DEPTH], axis=-1), reward=0.0)
+        traj = trajectory.from_transition(step, policy_step.PolicyStep(np.int32(0)), step)
+        buffer.add_batch(tf.nest.map_structure(lambda x: np.asarray(x)[None], traj))
+    observation, ids = sample(tf.constant(5))
+    assert observation.shape == (5, SIDE, SIDE, DEPTH) and set(ids.numpy().tolist()) <= {0, 1, 2}
+    np.testing.assert_array_equal(observation[..., 1:], observation[..., :-1] + 1)  # whole stacks

@@ -276,7 +276,11 @@ class Sampler(abc.ABC):
         `share`: the share of the draws' weight within episodes. At least an eighth is assumed: below
         that, too few are kept more often, and the batch is drawn in one pass.
         """
-        bound = wanted + 4 * float(np.sqrt(wanted)) + 16
+        if isinstance(wanted, int):
+            bound: Any = wanted + 4 * float(np.sqrt(wanted)) + 16
+        else:  # a sample_batch_size known only when the graph runs
+            wanted = tf.cast(wanted, tf.float64)
+            bound = wanted + 4 * tf.sqrt(wanted) + 16
         return backend.cast(bound / backend.tree.maximum(share, 0.125), np.int64) + 1
 
     def _no_window(self, num_steps: int | None) -> str:
@@ -311,7 +315,7 @@ class UniformSampler(Sampler):
         """See `Sampler.sample`."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
         first, windows, checks = self._require_windows(backend, added, num_steps)
-        steps, wanted = num_steps or 1, sample_batch_size or 1
+        steps, wanted = num_steps or 1, 1 if sample_batch_size is None else sample_batch_size
         if not self._episodes_apply(num_steps):
             # The windows' first frames drawn as ids, with a time axis unless num_steps is None: a few ops in all.
             ids = backend.uniform_integers(shape + ([] if num_steps is None else [1]), first, first + windows, checks)
@@ -431,7 +435,7 @@ class PrioritizedSampler(Sampler):
         with tf.control_dependencies(checks):
             # Every uniform drawn here, not in the cond's branches: a branch's random op may get the same seed
             # as one outside it (under tf.random.set_seed) and repeat its numbers.
-            uniforms = tf.random.uniform([3, int(np.prod(shape))], dtype=tf.float64)  # draws, redraws, exact ones
+            uniforms = tf.random.uniform([3, shape[0] if shape else 1], dtype=tf.float64)  # draws, redraws, exact ones
 
         def find(targets: tf.Tensor, mask: _sum_tree.Mask | None = None) -> tf.Tensor:
             if mask is None:

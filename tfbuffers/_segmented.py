@@ -118,8 +118,10 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _max_num_steps(self) -> int:
         return self._max_length
 
-    def _ids_shape(self, sample_batch_size: int | None, num_steps: int | None) -> list[int]:
-        return ([] if sample_batch_size is None else [sample_batch_size]) + ([] if num_steps is None else [num_steps])
+    def _ids_shape(self, sample_batch_size: Any, num_steps: int | None) -> list[Any]:
+        """The static shape of a sample's ids: a tensor `sample_batch_size` (known when the graph runs) is None."""
+        size = None if tf.is_tensor(sample_batch_size) else sample_batch_size
+        return ([] if sample_batch_size is None else [size]) + ([] if num_steps is None else [num_steps])
 
     def _frames_of(self, added: int) -> int:
         return int(_ring.frames_per_segment(_ring.NUMPY, added, self._max_length)) * self._batch_size

@@ -20,15 +20,20 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfbuffers import _keras, _noise
+from tfbuffers.observers import PyObserver, TFObserver
+from tfbuffers.replay_buffer import ReplayBuffer, positive_int
+
+_noise.import_gym()  # before tf-agents imports it
+
 try:
     from tf_agents.drivers import dynamic_step_driver, py_driver
     from tf_agents.environments import py_environment, tf_environment
     from tf_agents.policies import py_tf_eager_policy, tf_policy
 except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(f"tfbuffers.collect needs tf-agents ({error}): pip install 'tfbuffers[tf_agents]'") from error
+    raise ImportError(f"tfbuffers.collect needs tf-agents ({error}): pip install 'tfbuffers[agents]'") from error
 
-from tfbuffers.observers import PyObserver, TFObserver
-from tfbuffers.replay_buffer import ReplayBuffer, positive_int
+_keras.warn_if_keras_3()
 
 NOT_AN_ENVIRONMENT = "env: expected a TF-Agents TFEnvironment or PyEnvironment, got {received}"
 

@@ -16,7 +16,7 @@ discount 0 (no value beyond it), `truncated` (a time limit) with discount 1 (the
 episode was cut, the state still has a value). The step after a last step starts
 a new episode, ignoring its action, as in TF-Agents.
 
-Needs the `gymnasium` and `tf_agents` extras (`pip install tfbuffers[gymnasium,tf_agents]`).
+Needs the `gymnasium` and `agents` extras (`pip install tfbuffers[gymnasium,agents]`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from tfbuffers import _keras, _noise
+
+_noise.import_gym()  # before tf-agents imports it
+
 try:
     import gymnasium
     from tf_agents.environments import batched_py_environment, py_environment, tf_py_environment
@@ -33,8 +37,10 @@ try:
     from tf_agents.trajectories import time_step as ts
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        f"tfbuffers.envs needs gymnasium and tf-agents ({error}): pip install 'tfbuffers[gymnasium,tf_agents]'"
+        f"tfbuffers.envs needs gymnasium and tf-agents ({error}): pip install 'tfbuffers[gymnasium,agents]'"
     ) from error
+
+_keras.warn_if_keras_3()
 
 UNSUPPORTED_SPACE = "{path}: expected a Box, Discrete, Dict or Tuple space, got {received}"
 NOT_A_POSITIVE_INT = "{name}: expected a positive int, got {received}"

@@ -75,12 +75,6 @@ import tensorflow as tf  # noqa: F401 (the doctest uses it)
 from tfbuffers import prioritized, specs, state
 
 try:
-    import safetensors
-    import safetensors.numpy
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(f"tfbuffers.files needs safetensors ({error}): pip install 'tfbuffers[files]'") from error
-
-try:
     import tqdm
 except ImportError:  # pragma: no cover - tqdm comes with the files extra
     tqdm = None
@@ -743,6 +737,12 @@ def _read_legacy(
                 buffer=type(buffer).__name__,
             )
         )
+    try:  # only format version 1 is read through safetensors: the core installs without it
+        import safetensors
+    except ImportError as error:  # pragma: no cover - depends on the installed extras
+        raise ImportError(
+            f"{header.path}: a format version 1 file is read with safetensors ({error}): pip install 'tfbuffers[files]'"
+        ) from error
     with safetensors.safe_open(str(header.path), framework="np") as opened:
         added = int(opened.get_tensor(ADDED)[0])
         for index, field in enumerate(buffer.fields):

@@ -380,12 +380,21 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        sample = functools.partial(weak_method(self._sample_list), sample_batch_size, num_steps)
-        outputs = tf.numpy_function(sample, [], [*self._dtypes, tf.int64, tf.float32], stateful=True)
+        sample_list = weak_method(self._sample_list)
+        if tf.is_tensor(sample_batch_size):  # known when the graph runs: an input of the host call
+            inputs = [sample_batch_size]
+
+            def sample(size: np.ndarray) -> list[np.ndarray]:
+                return sample_list(int(size), num_steps)
+
+        else:
+            inputs = []
+            sample = functools.partial(sample_list, sample_batch_size, num_steps)
+        outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
         ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
         leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)
         ids = tf.ensure_shape(outputs[-2], ids_shape)
-        probabilities = tf.ensure_shape(outputs[-1], ids_shape[:1] if sample_batch_size else [])
+        probabilities = tf.ensure_shape(outputs[-1], ids_shape[:1] if sample_batch_size is not None else [])
         return leaves, ids, probabilities
 
     def _as_dataset(

@@ -70,6 +70,32 @@ def optional_positive_int(name: str, value: Any) -> int | None:
     return None if value is None else _positive_int(name, value, " or None")
 
 
+def sample_batch_size_argument(value: Any) -> int | tf.Tensor | None:
+    """`sample_batch_size` as `get_next` takes it: a positive int, None, or (in a graph) a scalar integer tensor.
+
+    A tensor whose value is known only when the graph runs (a `tf.function` argument, as TF-Agents allows)
+    comes back as an int64 scalar, checked positive when the graph runs. Anything else is
+    `optional_positive_int`'s.
+
+    Raises:
+      TypeError: If `value` is not an integer, or is a tensor of another dtype or rank.
+      ValueError: If `value` is not positive.
+      tf.errors.InvalidArgumentError: When the graph runs, if the tensor's value is not positive.
+    """
+    if value is None or (type(value) is int and value > 0):
+        return value
+    if not (tf.is_tensor(value) and tf.get_static_value(value) is None):
+        return optional_positive_int("sample_batch_size", value)
+    if not value.dtype.is_integer or value.shape.rank != 0:
+        raise TypeError(
+            NOT_A_POSITIVE_INT.format(name="sample_batch_size", or_none=" or None", received=_describe(value))
+        )
+    size = tf.cast(value, tf.int64)
+    message = NOT_A_POSITIVE_INT.format(name="sample_batch_size", or_none=" or None", received="").rstrip()
+    with tf.control_dependencies([tf.debugging.Assert(size > 0, [message, size])]):
+        return tf.identity(size)
+
+
 def positive_int(name: str, value: Any) -> int:
     """Like `optional_positive_int`, but None is refused."""
     return _positive_int(name, value, "")
@@ -231,7 +257,9 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
 
         Args:
           sample_batch_size: Number of samples; None returns one sample without
-            a batch dimension.
+            a batch dimension. Inside a `tf.function` also a scalar integer
+            tensor known only when the graph runs (as TF-Agents allows); the
+            batch dimension is then unknown until it runs.
           num_steps: Length of the windows of consecutive frames to sample; None
             returns single frames without a time dimension.
           time_stacked: With `num_steps`, stack the window on a time axis
@@ -249,7 +277,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             `num_steps` frames per segment (or is empty).
         """
         self._check_open()
-        sample_batch_size = optional_positive_int("sample_batch_size", sample_batch_size)
+        sample_batch_size = sample_batch_size_argument(sample_batch_size)
         num_steps = self._check_num_steps(num_steps)
         items, info = self._get_next(sample_batch_size, num_steps)
         if num_steps is not None and not time_stacked:

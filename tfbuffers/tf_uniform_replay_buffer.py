@@ -407,13 +407,16 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._pack(leaves), BufferInfo(ids, probabilities)
 
     def _compiled(self, method: Callable[..., Any]) -> Any:
-        """`tf.function` of the bound `method`, made once; it holds the buffer weakly (no reference cycle)."""
+        """`tf.function` of the bound `method`, made once; it holds the buffer weakly (no reference cycle).
+
+        Called eagerly, its assertion failures raise as the py buffers' do (`_OneLineErrors`).
+        """
         function = self._functions.get(method.__name__)
         if function is None:
-            function = tf.function(weak_method(method), autograph=False)
+            compiled = tf.function(weak_method(method), autograph=False)
             # Each buffer traces its own functions: expected, not the retracing TensorFlow warns of.
-            function._omit_frequent_tracing_warning = True
-            self._functions[method.__name__] = function
+            compiled._omit_frequent_tracing_warning = True
+            function = self._functions[method.__name__] = _OneLineErrors(compiled)
         return function
 
     def _locked(self, method: Callable[..., Any], *args: Any) -> Any:
@@ -615,3 +618,46 @@ class _TFFrameSource:
         added = int(self._buffer._added.numpy())
         generation = int(concurrency.generation.numpy())
         return generation == self._generation and self._oldest >= added + writing - self._buffer.max_length
+
+
+_ASSERTION = re.compile(r"assertion failed: (.*?)\n\t \[\[", re.DOTALL)
+
+
+def assertion_message(error: tf.errors.InvalidArgumentError) -> str | None:
+    """The data of the failed `tf.debugging.Assert` that `error` reports, as one line; None for other errors.
+
+    TensorFlow prints an Assert's data as `[message] [value]...`: the message loses its brackets.
+    """
+    found = _ASSERTION.search(error.message)
+    if found is None:
+        return None
+    data = found[1]
+    if data.startswith("[") and data.endswith("]"):
+        first, separator, rest = data[1:-1].partition("] [")
+        data = first + (" [" + rest + "]" if separator else "")
+    return data
+
+
+class _OneLineErrors:
+    """A compiled function whose eager calls raise a failed assertion as its message alone.
+
+    Called eagerly, a `tf.function`'s failed `Assert` raises an `InvalidArgumentError` whose message is a
+    graph traceback ("Graph execution error: ... Detected at node ... assertion failed: [...]"). The py
+    buffers raise the same type with the message alone; so do these calls. Other errors pass unchanged.
+    Everything else (`get_concrete_function`, ...) is the function's.
+    """
+
+    def __init__(self, function: Any) -> None:
+        self._function = function
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self._function(*args)
+        except tf.errors.InvalidArgumentError as error:
+            message = assertion_message(error)
+            if message is None:
+                raise
+            raise tf.errors.InvalidArgumentError(error.node_def, error.op, message) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._function, name)

@@ -1,0 +1,40 @@
+# Everything from a fresh clone, on a machine that has only the Python named:
+#   make run                        set up .venv (Python 3.11, the pinned stack) and train DQN on CartPole
+#   make test                       set up .venv and run every test
+#   make run  PYTHON=python3.12     the same on the current stack (newest TensorFlow, tf-keras), in .venv-current
+#   make test PYTHON=python3.12
+#   make test-fast                  the fast subset (tests not marked slow), for development
+# A venv is set up again when setup.cfg or the stack's constraints file changes.
+PYTHON ?= python3.11
+STACK := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] == (3, 11) else "current")')
+ifeq ($(STACK),pinned)
+VENV ?= .venv
+CONSTRAINTS := constraints.txt
+AGENTS :=
+else
+VENV ?= .venv-current
+CONSTRAINTS := constraints-current.txt
+# TF-Agents 0.19's own pins do not install past Python 3.11; the 'agents' extra brought what it needs.
+AGENTS := $(VENV)/bin/pip install -q -c $(CONSTRAINTS) --no-deps tf-agents==0.19.0
+endif
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-fast
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg $(CONSTRAINTS)
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c $(CONSTRAINTS) -e ".[all,test,dev]"
+	$(AGENTS)
+	touch $@
+
+run: setup
+	$(VENV)/bin/python scripts/train_dqn.py
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -1,0 +1,148 @@
+"""The package as users install it: the wheel and the sdist built from this checkout, the core in a fresh venv.
+
+The fresh environment gets the wheel with `pip install --no-deps --no-index` and, for its two dependencies
+(tensorflow and numpy), exactly the distributions that pip would resolve for them: their dependency closure,
+taken from this environment and linked into a directory that the venv reads. Nothing is downloaded, and the
+extras' packages (safetensors, tf-agents, Reverb, gymnasium, ...) are absent there, as after `pip install tfbuffers`.
+"""
+
+from __future__ import annotations
+
+import email
+import importlib.metadata
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+import zipfile
+
+import pytest
+from packaging.requirements import Requirement
+
+CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+EXTRAS_PACKAGES = ["safetensors", "tf_agents", "reverb", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """The sdist and wheel, built without isolation (nothing downloaded) from a copy of the checkout."""
+    source = tmp_path_factory.mktemp("source") / "tfbuffers"
+    ignore = shutil.ignore_patterns(".git", ".venv*", "out", "build", "dist", "*.egg-info", "__pycache__", ".*cache")
+    shutil.copytree(CHECKOUT, source, ignore=ignore)
+    dist = tmp_path_factory.mktemp("dist")
+    command = [sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "-o", str(dist), str(source)]
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    (wheel,) = dist.glob("tfbuffers-*.whl")
+    (sdist,) = dist.glob("tfbuffers-*.tar.gz")
+    return {"wheel": wheel, "sdist": sdist}
+
+
+def wheel_metadata(wheel: pathlib.Path) -> email.message.Message:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        return email.message_from_bytes(archive.read(name))
+
+
+def test_the_wheel_and_sdist_carry_the_license_the_typing_marker_and_the_classifiers(built):
+    with zipfile.ZipFile(built["wheel"]) as archive:
+        names = archive.namelist()
+        licenses = [name for name in names if re.search(r"\.dist-info/(licenses/)?LICENSE$", name)]
+        assert len(licenses) == 1
+        assert archive.read(licenses[0]) == (CHECKOUT / "LICENSE").read_bytes()
+        assert "tfbuffers/py.typed" in names
+    with tarfile.open(built["sdist"]) as archive:
+        assert any(name.endswith("/LICENSE") for name in archive.getnames())
+    metadata = wheel_metadata(built["wheel"])
+    classifiers = metadata.get_all("Classifier")
+    for version in ("3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {version}" in classifiers
+    assert "License :: OSI Approved :: Apache Software License" in classifiers
+    core = [requirement for requirement in metadata.get_all("Requires-Dist") if "extra ==" not in requirement]
+    assert sorted(Requirement(requirement).name for requirement in core) == ["numpy", "tensorflow"]
+    # Extra names that the pip of Python 3.12's venv matches (it compares them unnormalized).
+    assert sorted(metadata.get_all("Provides-Extra")) == [
+        "agents", "all", "dev", "files", "gymnasium", "reverb", "scripts", "test"
+    ]  # fmt: skip
+
+
+def dependency_closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions that pip would resolve for `requirements` (no extras), each once."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    pending = [Requirement(text) for text in requirements]
+    while pending:
+        requirement = pending.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if name in found:
+            continue
+        distribution = importlib.metadata.distribution(name)
+        assert distribution.version in requirement.specifier or not requirement.specifier, requirement
+        found[name] = distribution
+        pending.extend(Requirement(text) for text in distribution.requires or [])
+    return list(found.values())
+
+
+def link_distributions(distributions: list[importlib.metadata.Distribution], into: pathlib.Path) -> None:
+    """Links each distribution's top-level modules, packages and metadata into `into`."""
+    into.mkdir()
+    for distribution in distributions:
+        site = pathlib.Path(distribution.locate_file(""))
+        tops = {file.parts[0] for file in distribution.files or [] if file.parts[0] != ".."}
+        for top in sorted(tops):
+            target = into / top
+            if top.endswith(".pth") or target.exists():
+                continue  # namespace packages (google/) are linked whole once
+            target.symlink_to(site / top)
+
+
+def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(built["wheel"])]
+    subprocess.run(install, check=True, timeout=300)
+    core = [text for text in wheel_metadata(built["wheel"]).get_all("Requires-Dist") if "extra ==" not in text]
+    link_distributions(dependency_closure(core), tmp_path / "core-dependencies")
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    (pathlib.Path(site) / "core-dependencies.pth").write_text(str(tmp_path / "core-dependencies") + "\n")
+    script = textwrap.dedent(
+        f"""
+        import importlib.util
+        missing = [name for name in {EXTRAS_PACKAGES!r} if importlib.util.find_spec(name) is None]
+        print("extras absent:", missing == {EXTRAS_PACKAGES!r})
+        import numpy as np
+        import tensorflow as tf
+        import tfbuffers
+        print("from the wheel:", tfbuffers.__file__.startswith({str(venv)!r}))
+        spec = {{"step": tf.TensorSpec([], tf.int64)}}
+        for kind in (tfbuffers.TFUniformReplayBuffer, tfbuffers.PyUniformReplayBuffer):
+            buffer = kind(spec, batch_size=2, max_length=3)
+            for step in range(4):
+                buffer.add_batch({{"step": tf.constant([step, 100 + step], tf.int64)}})
+            items, info = buffer.get_next(sample_batch_size=5, num_steps=2)
+            windows = np.asarray(items["step"])
+            print(kind.__name__, np.asarray(buffer.gather_all()["step"]).tolist(), windows.shape,
+                  bool(np.all(windows[:, 1] - windows[:, 0] == 1)))
+            path = buffer.save({str(tmp_path)!r} + "/" + kind.__name__ + ".safetensors")
+            print("loaded", np.asarray(tfbuffers.load(path).gather_all()["step"]).tolist())
+        """
+    )
+    run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "extras absent: True",
+        "from the wheel: True",
+        "TFUniformReplayBuffer [[1, 2, 3], [101, 102, 103]] (5, 2) True",
+        "loaded [[1, 2, 3], [101, 102, 103]]",
+        "PyUniformReplayBuffer [[1, 2, 3], [101, 102, 103]] (5, 2) True",
+        "loaded [[1, 2, 3], [101, 102, 103]]",
+    ]
