@@ -1319,6 +1319,11 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def _ratio(value: float) -> str:
+    """A ratio to two decimals, or to two significant digits below 0.1 (never `0.00x`)."""
+    return f"{value:.2f}x" if value >= 0.1 or value == 0 else f"{value:.2g}x"
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as markdown tables: frames/s (median, range) and ratios."""
     names = results["systems"]
@@ -1383,41 +1388,66 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["| measure | ratio | value |", "|---|---|---|"]
         for measure, row in ratios(result).items():
             for pair, value in row.items():
-                lines.append(f"| {MEASURES[measure]} | {pair} | {value:.2f}x |")
+                lines.append(f"| {MEASURES[measure]} | {pair} | {_ratio(value)} |")
         for ours, theirs in OURS.items():
             resident = [result["memory"].get(name, {}).get("resident_bytes_per_frame") for name in (ours, theirs)]
             if all(resident):
                 ratio = resident[0] / resident[1]
-                lines.append(f"| resident bytes/frame (RSS) | {ours} / {theirs} | {ratio:.2f}x |")
+                lines.append(f"| resident bytes/frame (RSS) | {ours} / {theirs} | {_ratio(ratio)} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def plot(results: dict[str, Any], path: pathlib.Path) -> None:
-    """A bar chart per workload: median frames/s of each measure and system, log scale."""
+    """Small multiples: a panel per workload and measure, a horizontal bar per system (median frames/s, log scale).
+
+    Systems keep one order (`SYSTEM_NAMES`) and one colour in every panel; each bar is labelled with its
+    value; a system that did not run a measure has no bar there.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     measures = [m for m in MEASURES if m not in ("save", "load")]
-    names = results["systems"]
+    names = [name for name in SYSTEM_NAMES if name in results["systems"]]
+    palette = [plt.get_cmap("tab20")(i) for i in range(20)]
+    colours = {name: palette[i % len(palette)] for i, name in enumerate(SYSTEM_NAMES)}
     workloads = list(results["workloads"].items())
-    figure, axes = plt.subplots(len(workloads), 1, figsize=(12, 4.5 * len(workloads)), squeeze=False)
-    width = 0.8 / len(names)
-    for axis, (workload_name, result) in zip(axes[:, 0], workloads):
-        for i, name in enumerate(names):
-            values = [result["measures"][m].get(name, {}).get("median", 0) for m in measures]
-            axis.bar(np.arange(len(measures)) + i * width, values, width, label=name)
-        axis.set_xticks(np.arange(len(measures)) + width * (len(names) - 1) / 2)
-        axis.set_xticklabels([MEASURES[m].replace(" (frames/s)", "") for m in measures], fontsize=8)
-        axis.set_yscale("log")
-        axis.set_ylabel("frames/s (median)")
-        axis.set_title(f"{workload_name}: higher is better")
-        axis.grid(axis="y", alpha=0.3)
-        axis.legend(fontsize=8, ncol=3)
+    shown = [
+        [m for m in measures if any(result["measures"].get(m, {}).get(name) for name in names)]
+        for _, result in workloads
+    ]
+    columns = max(3, min(4, max(len(row) for row in shown)))
+    rows = sum(-(-len(row) // columns) for row in shown)
+    height = 0.22 * len(names) + 1.2
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, height * rows), squeeze=False)
+    for axis in axes.flat:
+        axis.set_visible(False)
+    row = 0
+    for (workload_name, result), workload_measures in zip(workloads, shown):
+        for index, measure in enumerate(workload_measures):
+            axis = axes[row + index // columns, index % columns]
+            axis.set_visible(True)
+            entries = result["measures"].get(measure, {})
+            values = [entries[name]["median"] if entries.get(name) else 0.0 for name in names]
+            positions = np.arange(len(names))
+            axis.barh(positions, values, color=[colours[name] for name in names])
+            for position, value in zip(positions, values):
+                if value > 0:
+                    axis.text(value, position, f" {_fmt(value)}", va="center", fontsize=7)
+            axis.set_yticks(positions, names if index % columns == 0 else [""] * len(names), fontsize=8)
+            axis.invert_yaxis()
+            axis.set_xscale("log")
+            top = max(values) if max(values) > 0 else 1.0
+            axis.set_xlim(right=top * 20)  # room for the labels
+            axis.set_title(f"{workload_name}: {MEASURES[measure].replace(' (frames/s)', '')}", fontsize=9)
+            axis.tick_params(axis="x", labelsize=7)
+            axis.grid(axis="x", alpha=0.3)
+        row += -(-len(workload_measures) // columns)
+    figure.suptitle("Median frames/s (log scale; higher is better)", fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
 

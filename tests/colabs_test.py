@@ -18,6 +18,7 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import os
 import pathlib
 import re
 import shlex
@@ -143,7 +144,8 @@ def check_performance(namespace: dict[str, Any], printed: str, figures: list[pat
 
 def check_concurrency(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
     batches = namespace["batches"]
-    assert batches > 0 and namespace["within"] == 64 * batches  # every transition: one environment, in order
+    assert batches >= namespace["MIN_BATCHES"] == 20  # however slow the machine
+    assert namespace["within"] == 64 * batches  # every transition: one environment, in order
     assert not namespace["collector"].is_alive()
     added, held, newest = namespace["added"], namespace["held"], namespace["newest"]
     assert added == sorted(added) and held == sorted(held) and max(held) <= 2_000
@@ -269,11 +271,8 @@ def run_cell(source: str, namespace: dict[str, Any]) -> None:
     exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102
 
 
-@pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    notebook = NOTEBOOKS[path.name]
-    if notebook.reverb and not HAS_REVERB:
-        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
+def run_small(path: pathlib.Path, directory: pathlib.Path, monkeypatch: Any) -> tuple[dict[str, Any], str, list]:
+    """Runs the notebook at reduced sizes in this process, in `directory`: its namespace, printed text, figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,22 +282,99 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
     def show(*args: Any, **kwargs: Any) -> None:
         for number in plt.get_fignums():
-            figures.append(tmp_path / f"figure-{len(figures)}.png")
+            figures.append(directory / f"figure-{len(figures)}.png")
             plt.figure(number).savefig(figures[-1])
         plt.close("all")
 
     monkeypatch.setattr(plt, "show", show)
     monkeypatch.setenv("TFBUFFERS_NOTEBOOK_SMALL", "1")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(directory)
     install, *sources = code_cells(path)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for line in install.splitlines():
-        run_install_line(line, tmp_path, namespace)
+        run_install_line(line, directory, namespace)
     exec(compile("\n".join(namespace.pop("__install__", [])), "<install cell>", "exec"), namespace)  # noqa: S102
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         for source in sources:
             run_cell(source, namespace)
     plt.close("all")
-    notebook.check(namespace, output.getvalue(), figures)
+    return namespace, output.getvalue(), figures
+
+
+@pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    notebook = NOTEBOOKS[path.name]
+    if notebook.reverb and not HAS_REVERB:
+        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
+    namespace, printed, figures = run_small(path, tmp_path, monkeypatch)
+    notebook.check(namespace, printed, figures)
     assert all(figure.stat().st_size > 10_000 for figure in figures)  # drawn, not blank
+
+
+TRAINING = {  # what a notebook's training leaves: compared exactly between two runs
+    "collect_and_train.ipynb": lambda namespace: (namespace["returns"], float(namespace["loss"])),
+    "prioritized_replay.ipynb": lambda namespace: namespace["curves"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TRAINING))
+def test_a_notebook_s_training_repeats_exactly(name, tmp_path, monkeypatch):
+    runs = []
+    for attempt in ("first", "second"):
+        (tmp_path / attempt).mkdir()
+        namespace, _, _ = run_small(CHECKOUT / "colabs" / name, tmp_path / attempt, monkeypatch)
+        runs.append(TRAINING[name](namespace))
+    assert runs[0] == runs[1]
+
+
+# Full size, in a kernel: each notebook as a Colab or Jupyter runtime executes it (nbclient, one IPython kernel
+# of this interpreter), without TFBUFFERS_NOTEBOOK_SMALL. The install cell's `%pip` lines are left out (this
+# environment is set up; they are checked above); its other lines run. Marked slow: CI runs them on the pinned
+# stack.
+
+CELL_TIMEOUT = 900  # seconds; a notebook that hangs fails here, naming its cell
+
+
+def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
+    """The notebook at `path`, executed top to bottom in a fresh kernel in `directory`."""
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.reads(path.read_text(), as_version=4)
+    install = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    lines = install.source.splitlines()
+    if CLONE in lines:
+        (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
+    install.source = "\n".join(line for line in lines if not line.startswith(("%pip", "!git clone")))
+    environment = {key: value for key, value in os.environ.items() if key != "TFBUFFERS_NOTEBOOK_SMALL"}
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(directory)}},
+    )
+    client.execute(env=environment)
+    return notebook
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
+def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
+    notebook = NOTEBOOKS[path.name]
+    if notebook.reverb and not HAS_REVERB:
+        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
+    ran = executed(path, tmp_path)
+    outputs = [output for cell in ran.cells if cell.cell_type == "code" for output in cell.outputs]
+    errors = [output for output in outputs if output.output_type == "error"]
+    assert errors == []
+    figures = [output for output in outputs if "image/png" in output.get("data", {})]
+    assert len(figures) == len(notebook_figures(path))  # every figure the notebook draws, drawn
+    counts = [cell.execution_count for cell in ran.cells if cell.cell_type == "code" and cell.source.strip()]
+    assert counts == list(range(1, len(counts) + 1))  # every cell ran, in order
+
+
+def notebook_figures(path: pathlib.Path) -> list[str]:
+    """The cells of the notebook that show a figure."""
+    return [source for source in code_cells(path) if "plt.show()" in source]

@@ -156,3 +156,42 @@ def test_methods_before_a_buffer_exists_say_what_to_call(tmp_path):
     nothing = manager(tmp_path / "replay", False)
     with pytest.raises(ValueError, match="num_frames: no buffer yet: call create_replay_buffer"):
         nothing.num_frames()
+
+
+CLOSE_WHILE_A_DATASET_WAITS = """
+import pathlib, sys, threading, time
+import numpy as np, tensorflow as tf, tfbuffers
+spec = {"x": tf.TensorSpec([4], tf.float32)}
+directory = pathlib.Path(sys.argv[1])
+manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, use_reverb=sys.argv[2] == "reverb")
+buffer, observer = manager.create_replay_buffer()
+for i in range(300):
+    buffer.add_batch({"x": np.full([1, 4], i, np.float32)})
+experience = iter(manager.get_dataset(batch_size=64, num_steps=2).prefetch(3))
+drawn = [next(experience) for _ in range(50)]
+manager.checkpoint()
+manager.clear()  # the iterator's samplers now wait for items (Reverb) or fail (local)
+waiting = threading.Thread(target=lambda: [next(experience) for _ in range(10)], daemon=True)
+waiting.start()
+time.sleep(1)
+manager.close()
+print("closed")
+manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, use_reverb=sys.argv[2] == "reverb")
+manager.load_replay_buffer()
+print("loaded", int(manager.num_frames()))
+manager.close()
+"""
+
+
+@pytest.mark.parametrize("use_reverb", BACKENDS)
+def test_a_manager_closes_while_a_dataset_iterator_is_alive_and_waiting(tmp_path, use_reverb):
+    # The Reverb notebook's last cell (issue 29): the training iterator, with prefetch, outlives the manager.
+    import subprocess
+    import sys
+
+    mode = "reverb" if use_reverb else "local"
+    command = [sys.executable, "-c", CLOSE_WHILE_A_DATASET_WAITS, str(tmp_path / "replay"), mode]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    # Reverb's items are windows of 2 frames: 299 of 300 frames; the local buffer holds the 300 frames.
+    assert run.stdout.splitlines()[-2:] == ["closed", f"loaded {299 if use_reverb else 300}"]

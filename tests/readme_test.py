@@ -66,3 +66,14 @@ def test_the_docs_links_resolve(page):
         if anchor and file.suffix == ".md":
             headings = re.findall(r"^#+ (.+)$", file.read_text(), re.MULTILINE)
             assert anchor in {slug(heading) for heading in headings}, f"{page.name}: {target}"
+
+
+def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
+    setup = section(README, "Setup, tests and the main job")
+    assert "```bash\nmake run\n```" in setup and "```bash\nmake test\n```" in setup
+    makefile = (CHECKOUT / "Makefile").read_text()
+    recipes = dict(re.findall(r"^([\w-]+): ?[^\n]*\n((?:\t[^\n]*\n)+)", makefile, re.MULTILINE))
+    assert "scripts/train_dqn.py" in recipes["run"] and "-m pytest" in recipes["test"]
+    assert '-m "not slow"' in recipes["test-fast"]
+    ci = (CHECKOUT / ".ci" / "run").read_text()
+    assert "\nmake test\n" in ci and "\nmake test PYTHON=python3.12 " in ci

@@ -32,6 +32,7 @@ soak = load_script("soak")
 tf_agents_examples = load_script("tf_agents_examples")
 replay_server = load_script("replay_server")
 collect = load_script("collect")
+compare_runs = load_script("compare_runs")
 
 
 def assert_refused(capsys, parse, argv, message):
@@ -521,7 +522,7 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 SCRIPT_NAMES = ["train_dqn", "populate_starter_buffer", "benchmark", "soak", "tf_agents_examples", "replay_server"]
-SCRIPT_NAMES += ["collect"]
+SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs"]
 BAD_ARGUMENTS = {
     "train_dqn": (["--num-envs", "0"], "argument --num-envs: expected a positive int, got 0"),
     "populate_starter_buffer": (
@@ -533,6 +534,8 @@ BAD_ARGUMENTS = {
     "tf_agents_examples": (["--timeout", "0"], "--timeout: expected a positive number of seconds, got 0"),
     "replay_server": (["--port", "0"], "argument --port: expected a positive int, got 0"),
     "collect": (["--replay-server", "h:1", "--epsilon", "2"], "argument --epsilon: expected a number in [0, 1], got"),
+    "tf_agents_tests": (["--buffers", "reverb"], "argument --buffers: invalid choice: 'reverb'"),
+    "compare_runs": (["run", "--output", "a.png"], "argument LABEL=PATH: expected a label, '=' and a path, got 'run'"),
 }
 
 
@@ -697,3 +700,17 @@ def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, modu
 )
 def test_the_server_refuses_bad_pacing(capsys, argv, message):
     assert_refused(capsys, replay_server.main, ["--port", "1", *argv], message)
+
+
+def test_compare_runs_plots_the_curves_and_tabulates_each_run(tmp_path, capsys):
+    for name, returns, seed in (("a", [10.0, 480.0, 500.0], 0), ("b", [9.0, 200.0, 300.0], 1)):
+        result = {"iterations": [0, 1000, 2000], "returns": returns, "final_return": returns[-1], "seconds": 61.4}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"config": {"seed": seed}, "result": result}))
+    output = tmp_path / "figure" / "runs.png"
+    argv = [f"n=1/seed 0={tmp_path / 'a.json'}", f"n=3/seed 1={tmp_path / 'b.json'}", "--output", str(output)]
+    assert compare_runs.main(argv) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().out.splitlines()[2:4] == [
+        "| n=1/seed 0 | 0 | 330.0 | 500.0 | 1,000 | 61 |",
+        "| n=3/seed 1 | 1 | 169.7 | 300.0 | never | 61 |",
+    ]

@@ -102,3 +102,35 @@ def test_a_stateless_map_after_as_dataset_reads_ahead_in_tf_agents_not_here():
     fill(ours, 4, start=2)  # adds 2..5: the first two frames overwritten
     for _ in range(20):
         assert set(next(iterator).numpy().tolist()) <= {2, 3, 4, 5}
+
+
+def test_the_bandit_trainer_s_reads_return_what_tf_agents_bandit_buffer_returns():
+    # TF-Agents' BanditReplayBuffer is an alias of its TFUniformReplayBuffer; its trainer adds a loop of steps
+    # per environment, reads them with one deterministic pass of batch_size windows of `steps`, then clears.
+    from tf_agents.bandits.replay_buffers import bandit_replay_buffer
+
+    spec = {"reward": tf.TensorSpec([], tf.float32), "arm": tf.TensorSpec([], tf.int64)}
+    batch_size, steps = 3, 4
+    buffers = [
+        bandit_replay_buffer.BanditReplayBuffer(spec, batch_size=batch_size, max_length=steps),
+        tfbuffers.TFUniformReplayBuffer(spec, batch_size=batch_size, max_length=steps),
+    ]
+    read = []
+    for buffer in buffers:
+        loops = []
+        for loop in range(2):
+            for t in range(steps):
+                arms = tf.constant([100 * loop + 10 * b + t for b in range(batch_size)], tf.int64)
+                buffer.add_batch({"reward": tf.cast(arms, tf.float32) / 10, "arm": arms})
+            dataset = buffer.as_dataset(sample_batch_size=batch_size, num_steps=steps, single_deterministic_pass=True)
+            loops.append([items["arm"].numpy().tolist() for items, _ in dataset])
+            buffer.clear()
+        read.append(loops)
+    assert (
+        read[0]
+        == read[1]
+        == [
+            [[[10 * b + t for t in range(steps)] for b in range(batch_size)]],
+            [[[100 + 10 * b + t for t in range(steps)] for b in range(batch_size)]],
+        ]
+    )
