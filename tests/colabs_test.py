@@ -318,7 +318,6 @@ TRAINING = {  # what a notebook's training leaves: compared exactly between two 
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_a_notebook_s_training_repeats_exactly(name, tmp_path, monkeypatch):
     runs = []
@@ -331,7 +330,7 @@ def test_a_notebook_s_training_repeats_exactly(name, tmp_path, monkeypatch):
 
 # Full size, in a kernel: each notebook as a Colab or Jupyter runtime executes it (nbclient, one IPython kernel
 # of this interpreter), without TFBUFFERS_NOTEBOOK_SMALL. The install cell's `%pip` lines are left out (this
-# environment is set up; they are checked above); its other lines run. Marked slow: CI runs them on the pinned
+# environment is set up; they are checked above); its other lines run. Slow (the module is): CI runs them on the pinned
 # stack.
 
 CELL_TIMEOUT = 900  # seconds; a notebook that hangs fails here, naming its cell
@@ -359,7 +358,6 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
     return notebook
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
 def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
     notebook = NOTEBOOKS[path.name]

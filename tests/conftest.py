@@ -239,11 +239,41 @@ def uniform_kind(request: pytest.FixtureRequest) -> str:
 NEEDS_REVERB = ("tfbuffers/reverb_replay_buffer.py", "tfbuffers/manager.py")
 
 
+# Modules marked slow as a whole: those whose tests start processes, train agents, run notebooks, soak or fuzz,
+# and the long parametrized suites beyond the contract (prioritized, episodes, files, cross-checks, statistics,
+# observers, Reverb). `make test-fast` (`-m "not slow"`) runs the rest, the contract suite over every buffer
+# kind and the unit tests, in about two minutes; CI runs everything.
+SLOW_MODULES = {
+    "actors_test.py",
+    "colabs_test.py",
+    "collect_test.py",
+    "concurrency_test.py",
+    "cross_check_test.py",
+    "episodes_test.py",
+    "files_test.py",
+    "fuzz_test.py",
+    "hygiene_test.py",
+    "keras_test.py",
+    "manager_test.py",
+    "observers_test.py",
+    "packaging_test.py",
+    "prioritized_test.py",
+    "replay_server_test.py",
+    "reverb_replay_buffer_test.py",
+    "sampling_stats_test.py",
+    "scripts_test.py",
+    "tf_agents_examples_test.py",
+    "tf_agents_tests_test.py",
+    "timeout_test.py",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skips, saying why, the docstring examples whose dependency this stack lacks."""
-    if importlib.util.find_spec("reverb") is not None:
-        return
+    """Marks the slow modules' tests; skips, saying why, the docstring examples whose dependency this stack lacks."""
+    has_reverb = importlib.util.find_spec("reverb") is not None
     skip = pytest.mark.skip(reason="dm-reverb installs on the pinned stack only (Python 3.11)")
     for item in items:
-        if str(item.path).replace("\\", "/").endswith(NEEDS_REVERB):
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        if not has_reverb and str(item.path).replace("\\", "/").endswith(NEEDS_REVERB):
             item.add_marker(skip)

@@ -23,7 +23,6 @@ import pytest
 from packaging.requirements import Requirement
 
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
 
 EXTRAS_PACKAGES = ["safetensors", "tf_agents", "reverb", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras"]
 

@@ -155,6 +155,23 @@ def test_inside_tf_function_every_method_runs_when_the_graph_runs(buffer):
     assert int(count()) == 0
 
 
+def test_a_tensor_sample_batch_size_inside_a_function(buffer):
+    for t in range(3):
+        buffer.add_batch(frames([t, 100 + t]))
+    buffer.flush()
+    sample = tf.function(
+        lambda size: buffer.get_next(sample_batch_size=size, num_steps=2), input_signature=[tf.TensorSpec([], tf.int32)]
+    )
+    assert sample.get_concrete_function().structured_outputs[0]["x"].shape.as_list() == [None, 2]
+    for size in (1, 5):
+        items, info = sample(tf.constant(size))
+        assert items["x"].shape == (size, 2) and info.ids.shape == (size,) and info.probabilities.shape == (size,)
+        assert {tuple(w) for w in items["x"].numpy().tolist()} <= {(0, 1), (100, 101)}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sample_batch_size: expected a positive int or None"):
+        sample(tf.constant(0))
+    assert sample(tf.constant(2))[0]["x"].shape == (2, 2)
+
+
 def test_clear_empties_the_table_and_windows_restart_after_it(buffer):
     for t in range(4):
         buffer.add_batch(frames([t, 100 + t]))

@@ -6,8 +6,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "tf_agents_tests.py"
 
 
@@ -15,7 +13,6 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.slow
 def test_every_public_test_of_tf_agents_passes_against_tfbuffers():
     result = run()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -29,7 +26,6 @@ def test_every_public_test_of_tf_agents_passes_against_tfbuffers():
     assert "\n                               _get_last_id\n" in result.stdout
 
 
-@pytest.mark.slow
 def test_against_tf_agents_itself_every_test_passes():
     # The harness's own check: TF-Agents' buffers under the same rewriting pass all of their tests.
     result = run("--buffers", "tf_agents")

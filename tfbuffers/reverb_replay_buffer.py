@@ -435,13 +435,18 @@ class ReverbReplayBuffer(ReplayBuffer):
         if tf.executing_eagerly():
             outputs = self._sample_arrays(sample_batch_size, num_steps)
         else:
-            outputs = tf.numpy_function(
-                functools.partial(weak_method(self._sample_list), sample_batch_size, num_steps),
-                [],
-                [*self._dtypes, tf.int64, tf.float32],
-                stateful=True,
-            )
-            batch = [] if sample_batch_size is None else [sample_batch_size]
+            sample_list = weak_method(self._sample_list)
+            if tf.is_tensor(sample_batch_size):  # known when the graph runs: an input of the host call
+                inputs, static_size = [sample_batch_size], None
+
+                def sample(size: np.ndarray) -> list[np.ndarray]:
+                    return sample_list(int(size), num_steps)
+
+            else:
+                inputs, static_size = [], sample_batch_size
+                sample = functools.partial(sample_list, sample_batch_size, num_steps)
+            outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
+            batch = [] if sample_batch_size is None else [static_size]
             time = [] if num_steps is None else [num_steps]
             for output, field in zip(outputs, self._fields):
                 output.set_shape([*batch, *time, *field.spec.shape])
