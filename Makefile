@@ -4,6 +4,7 @@
 #   make run  PYTHON=python3.12     the same on the current stack (newest TensorFlow, tf-keras), in .venv-current
 #   make test PYTHON=python3.12
 #   make test-fast                  the fast subset (tests not marked slow), for development
+#   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
 # A venv is set up again when setup.cfg or the stack's constraints file changes.
 PYTHON ?= python3.11
 STACK := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] == (3, 11) else "current")')
@@ -18,6 +19,7 @@ CONSTRAINTS := constraints-current.txt
 AGENTS := $(VENV)/bin/pip install -q -c $(CONSTRAINTS) --no-deps tf-agents==0.19.0
 endif
 PYTEST_ARGS ?=
+ARGS ?=
 
 .PHONY: setup run test test-fast
 
@@ -31,7 +33,7 @@ $(VENV)/.installed: setup.cfg $(CONSTRAINTS)
 	touch $@
 
 run: setup
-	$(VENV)/bin/python scripts/train_dqn.py
+	$(VENV)/bin/python scripts/train_dqn.py $(ARGS)
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
