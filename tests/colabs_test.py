@@ -367,6 +367,8 @@ def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
     outputs = [output for cell in ran.cells if cell.cell_type == "code" for output in cell.outputs]
     errors = [output for output in outputs if output.output_type == "error"]
     assert errors == []
+    stderr = "".join(output.text for output in outputs if output.get("name") == "stderr")
+    assert "Gym has been unmaintained" not in stderr  # tfbuffers.envs, imported before TF-Agents, kept it off
     figures = [output for output in outputs if "image/png" in output.get("data", {})]
     assert len(figures) == len(notebook_figures(path))  # every figure the notebook draws, drawn
     counts = [cell.execution_count for cell in ran.cells if cell.cell_type == "code" and cell.source.strip()]
