@@ -510,6 +510,8 @@ def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_no
     (tmp_path / "bad.pbtxt").write_text("not a spec")
     for path in (tmp_path / "bad.pbtxt", tmp_path / "missing.pbtxt"):
         message = f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {str(path)!r}"
+        if importlib.util.find_spec("reverb") is None:  # said first, before TensorFlow is imported to read the file
+            message = "dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)"
         assert_refused(capsys, replay_server.main, ["--port", "1", "--spec-file", str(path)], message)
     argv = ["--port", "1", "--spec-file", "x", "--env", "CartPole-v1"]
     assert_refused(capsys, replay_server.main, argv, "not allowed with argument")
