@@ -27,7 +27,7 @@ def calls_that_fail(buffer):
     return {
         "empty": lambda: buffer.get_next(sample_batch_size=2),
         "windows longer than stored": lambda: (buffer.add_batch({"x": np.array([1, 2])}), buffer.get_next(2, 2)),
-        "windows within episodes, none stored": lambda: buffer.get_next(2, 3),
+        "windows of 3, one frame per segment stored": lambda: buffer.get_next(2, 3),
     }
 
 

@@ -16,6 +16,7 @@ from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     BufferInfo,
+    host_sample,
     optional_positive_int,
     positive_int,
     weak_method,
@@ -380,16 +381,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        sample_list = weak_method(self._sample_list)
-        if tf.is_tensor(sample_batch_size):  # known when the graph runs: an input of the host call
-            inputs = [sample_batch_size]
-
-            def sample(size: np.ndarray) -> list[np.ndarray]:
-                return sample_list(int(size), num_steps)
-
-        else:
-            inputs = []
-            sample = functools.partial(sample_list, sample_batch_size, num_steps)
+        sample, inputs = host_sample(weak_method(self._sample_list), sample_batch_size, num_steps)
         outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
         ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
         leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)

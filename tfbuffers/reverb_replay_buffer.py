@@ -6,7 +6,6 @@ importing `tfbuffers` does not.
 
 from __future__ import annotations
 
-import functools
 import logging
 import tempfile
 import threading
@@ -17,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import prioritized, specs
-from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, positive_int, weak_method
+from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, host_sample, positive_int, weak_method
 
 logger = logging.getLogger(__name__)
 
@@ -435,16 +434,8 @@ class ReverbReplayBuffer(ReplayBuffer):
         if tf.executing_eagerly():
             outputs = self._sample_arrays(sample_batch_size, num_steps)
         else:
-            sample_list = weak_method(self._sample_list)
-            if tf.is_tensor(sample_batch_size):  # known when the graph runs: an input of the host call
-                inputs, static_size = [sample_batch_size], None
-
-                def sample(size: np.ndarray) -> list[np.ndarray]:
-                    return sample_list(int(size), num_steps)
-
-            else:
-                inputs, static_size = [], sample_batch_size
-                sample = functools.partial(sample_list, sample_batch_size, num_steps)
+            sample, inputs = host_sample(weak_method(self._sample_list), sample_batch_size, num_steps)
+            static_size = None if tf.is_tensor(sample_batch_size) else sample_batch_size
             outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
             batch = [] if sample_batch_size is None else [static_size]
             time = [] if num_steps is None else [num_steps]
