@@ -92,7 +92,7 @@ import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known sta
 from tf_agents.policies import random_tf_policy  # noqa: E402
 
 from tfbuffers.envs import load_gymnasium  # noqa: E402
-from tfbuffers.reverb_replay_buffer import make_rate_limiter, make_table  # noqa: E402
+from tfbuffers.reverb_replay_buffer import make_rate_limiter, make_table, start_server  # noqa: E402
 
 NO_AUTHENTICATION = (
     "NO AUTHENTICATION: Reverb serves gRPC on every network interface; anyone who can reach port {port} can read, "
@@ -129,7 +129,7 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.checkpoint_dir is not None:
         pathlib.Path(args.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         checkpointer = reverb.checkpointers.DefaultCheckpointer(args.checkpoint_dir)
-    server = reverb.Server([table], port=args.port, checkpointer=checkpointer)
+    server = start_server([table], port=args.port, checkpointer=checkpointer)
     client = reverb.Client(f"localhost:{args.port}")
     items = client.server_info()[args.table_name].current_size
     print(f"serving table {args.table_name!r} on port {args.port} ({items} items restored)", flush=True)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tfbuffers import _noise
+
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 COLABS = sorted((CHECKOUT / "colabs").glob("*.ipynb"))
 REPOSITORY = configparser.ConfigParser()
@@ -334,6 +336,9 @@ def test_a_notebook_s_training_repeats_exactly(name, tmp_path, monkeypatch):
 # stack.
 
 CELL_TIMEOUT = 900  # seconds; a notebook that hangs fails here, naming its cell
+# Full size; and a kernel as Colab's and Jupyter's are: ipykernel sends what C++ writes to the process's stdout and
+# stderr (through a pipe) to the cells, except where it sees PYTEST_CURRENT_TEST.
+KERNEL_UNSET = {"TFBUFFERS_NOTEBOOK_SMALL", "PYTEST_CURRENT_TEST"}
 
 
 def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
@@ -347,7 +352,7 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
     if CLONE in lines:
         (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
     install.source = "\n".join(line for line in lines if not line.startswith(("%pip", "!git clone")))
-    environment = {key: value for key, value in os.environ.items() if key != "TFBUFFERS_NOTEBOOK_SMALL"}
+    environment = {key: value for key, value in os.environ.items() if key not in KERNEL_UNSET}
     client = nbclient.NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT,
@@ -369,6 +374,10 @@ def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
     assert errors == []
     stderr = "".join(output.text for output in outputs if output.get("name") == "stderr")
     assert "Gym has been unmaintained" not in stderr  # tfbuffers.envs, imported before TF-Agents, kept it off
+    start_up = re.compile("|".join(_noise.TENSORFLOW_START_UP))
+    assert [line for line in stderr.splitlines() if start_up.search(line)] == []  # tfbuffers imported TensorFlow
+    assert "IProgress not found" not in stderr  # the kernel has the widgets Colab's and Jupyter's have
+    assert "__autograph_generated_file" not in stderr  # autograph's repeats of TF-Agents' SyntaxWarnings
     figures = [output for output in outputs if "image/png" in output.get("data", {})]
     assert len(figures) == len(notebook_figures(path))  # every figure the notebook draws, drawn
     counts = [cell.execution_count for cell in ran.cells if cell.cell_type == "code" and cell.source.strip()]

@@ -18,11 +18,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if importlib.util.find_spec("tf_keras") is not None:  # with TensorFlow 2.15 the variable would break Keras
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+import tfbuffers  # first: it imports TensorFlow without the start-up lines about absent hardware
+
+# isort: split
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import tfbuffers
 import tfbuffers.specs
 import tfbuffers.state
 

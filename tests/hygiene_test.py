@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
+from tfbuffers import _noise
 from tfbuffers import testing as stress
 
 
@@ -75,7 +76,7 @@ WORKFLOW = textwrap.dedent(
     import contextlib, io, tempfile, warnings
     import numpy as np
     # gym 0.23's "unmaintained" notice is printed when tf-agents imports gym, with or without
-    # tfbuffers (which redirects no stream): take it here, so that what is left is tfbuffers'.
+    # tfbuffers (which filters only its own imports): take it here, so that what is left is tfbuffers'.
     with contextlib.redirect_stderr(io.StringIO()):
         import gym
     # Other libraries' warnings (tf-agents' own deprecation notices on newer Pythons) are theirs.
@@ -143,3 +144,61 @@ def test_a_whole_workflow_prints_nothing_but_its_own_output():
     assert run.stdout == "done\n"
     left = not_tensorflows(run.stderr)
     assert left == [], "\n".join(left)
+
+
+START_UP = re.compile("|".join(_noise.TENSORFLOW_START_UP))
+
+
+def start_up_lines(code: str) -> list[str]:
+    """The lines of TensorFlow's start-up about absent hardware that `code`, run alone, writes to stderr."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [line for line in run.stderr.splitlines() if START_UP.search(line)]
+
+
+def test_importing_tfbuffers_first_keeps_tensorflows_start_up_lines_off():
+    # What a notebook or a program shows when tfbuffers is what brings TensorFlow in; TensorFlow imported by
+    # the program first prints them as it always does (on this machine, without a GPU, it prints several).
+    assert start_up_lines("import tensorflow") != []
+    assert start_up_lines("import tfbuffers; import tensorflow as tf; print(tf.constant(1) + 1)") == []
+
+
+FILTERED = textwrap.dedent(
+    """
+    import os, sys
+    from tfbuffers import _noise
+    with _noise.stderr_without(_noise.TENSORFLOW_START_UP):
+        os.write(2, b"E0000 cuda_dnn.cc:9261] Unable to register cuDNN factory: already registered\\n")
+        os.write(2, b"E0000 a real error from C++\\n")
+        sys.stderr.write("a warning from Python\\n")
+        print("meanwhile", flush=True)
+    """
+)
+
+
+def test_the_start_up_filter_drops_only_the_known_lines():
+    run = subprocess.run([sys.executable, "-c", FILTERED], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (run.stdout, run.stderr) == ("meanwhile\n", "E0000 a real error from C++\na warning from Python\n")
+
+
+TRACED = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import tfbuffers
+    import tensorflow as tf
+    import literal  # Python warns about its source here, once
+    print(int(tf.function(literal.step)(tf.constant(1))))
+    """
+)
+
+
+def test_autographs_repeats_of_a_syntax_warning_are_ignored_and_the_original_stays(tmp_path):
+    (tmp_path / "literal.py").write_text("def step(x, state=None):\n    return x + 1 if state is not () else x\n")
+    run = subprocess.run([sys.executable, "-c", TRACED, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout == "2\n", run.stderr[-3000:]
+    warned = [line for line in run.stderr.splitlines() if "SyntaxWarning" in line]
+    # Python 3.11 says "with a literal", 3.12+ "with 'tuple' literal".
+    assert len(warned) == 1 and warned[0].startswith(f'{tmp_path / "literal.py"}:2: SyntaxWarning: "is not" with')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -195,3 +196,43 @@ def test_a_manager_closes_while_a_dataset_iterator_is_alive_and_waiting(tmp_path
     assert run.returncode == 0, run.stderr[-3000:]
     # Reverb's items are windows of 2 frames: 299 of 300 frames; the local buffer holds the 300 frames.
     assert run.stdout.splitlines()[-2:] == ["closed", f"loaded {299 if use_reverb else 300}"]
+
+
+LOAD_IN_A_CELL = """
+import pathlib
+import tensorflow as tf
+from tfbuffers import ReplayBufferManager
+spec = {{"x": tf.TensorSpec([], tf.int64)}}
+with ReplayBufferManager(spec, {capacity}, pathlib.Path({directory!r}), batch_size=8) as manager:
+    manager.load_replay_buffer()
+    print("loaded", int(manager.num_frames()))
+"""
+
+
+@pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
+def test_a_large_reverb_checkpoint_loads_in_a_jupyter_kernel(tmp_path):
+    # The Reverb notebook's hang (issue 29): Reverb logs a line per 100 chunks while its server loads a
+    # checkpoint, holding the GIL; a kernel's stderr is a pipe a Python thread empties, so past about 64 KiB
+    # (some 50,000 chunks: here 120,000) the log waited on the pipe and the cell never ended.
+    import nbclient
+    import nbformat
+
+    directory, capacity = tmp_path / "replay", 120_000
+    with manager(directory, True, capacity=capacity, batch_size=8) as writer:
+        buffer, _ = writer.create_replay_buffer()
+        for start in range(0, capacity, 8):
+            buffer.add_batch({"x": np.arange(start, start + 8, dtype=np.int64)})
+        writer.checkpoint()
+        saved = int(writer.num_frames())
+    assert saved == capacity - 8  # windows of 2 frames: each of the 8 environments' first frame starts none
+    code = LOAD_IN_A_CELL.format(capacity=capacity, directory=str(directory))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    # A kernel as Jupyter's: ipykernel reads C++'s stderr through a pipe, except where it sees PYTEST_CURRENT_TEST.
+    environment = {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute(env=environment)
+    outputs = notebook.cells[0].outputs
+    stdout = "".join(output.text for output in outputs if output.get("name") == "stdout")
+    stderr = "".join(output.text for output in outputs if output.get("name") == "stderr")
+    assert stdout == f"loaded {saved}\n"
+    assert "Successfully loaded 1 tables" in stderr  # Reverb's log, written on once the server started
+    assert "Still reading compressed trajectory data" not in stderr  # less its per-100-chunks progress

@@ -9,6 +9,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tfbuffers import _noise
+
+_noise.import_tensorflow()  # first, where tfbuffers brings TensorFlow in: its absent-hardware lines kept off
+_noise.ignore_autograph_repeats()
+
 from tfbuffers.frames import FrameBuffer
 from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.n_step import n_step_dataset, n_step_transitions

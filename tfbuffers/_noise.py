@@ -4,14 +4,41 @@ TF-Agents 0.19 imports `gym` 0.23, which prints a notice that gym is unmaintaine
 to gymnasium. tfbuffers' environments are gymnasium's already, so the notice only misleads. `import_gym` imports
 gym with exactly that notice (the text gym itself prints) filtered out of `sys.stderr`: anything else written
 meanwhile (a warning, an error) passes through.
+
+TensorFlow's C++ start-up prints, on import, lines about hardware the machine does not have (CUDA drivers,
+cuDNN/cuFFT/cuBLAS factories registered twice, TensorRT, CPU instruction sets, oneDNN). Where `import tfbuffers`
+is what first imports TensorFlow, `import_tensorflow` imports it with the lines `TENSORFLOW_START_UP` matches
+dropped from what the process writes to stderr during that import (C++ included); every other line is written
+on once the import is over. A program that imports TensorFlow itself first sees TensorFlow's lines as before.
+
+Autograph compiles a converted copy of each function it traces (TF-Agents' drivers and policies, through
+`common.function`) and Python warns again about what the original's source holds (`is` with a literal): a
+repeat, shown once per trace, of what Python said (once, when it compiled the original). Warnings raised on
+those copies are ignored; the original's stay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import re
 import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
 from typing import Any, TextIO, cast
+
+TENSORFLOW_START_UP = [
+    r"Unable to register cu(DNN|FFT|BLAS) factory",
+    r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
+    r"oneDNN custom operations are on",
+    r"Could not find cuda drivers on your machine",
+    r"TF-TRT Warning: Could not find TensorRT",
+    r"This TensorFlow binary is optimized to use available CPU instructions",
+    r"To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags",
+]
 
 
 class _Without:
@@ -47,3 +74,50 @@ def import_gym() -> None:
     quiet = cast(TextIO, _Without(sys.stderr, gym_notices()))
     with contextlib.redirect_stderr(quiet), contextlib.suppress(ImportError):
         import gym  # noqa: F401
+
+
+_STDERR_HELD = threading.RLock()  # one thread at a time swaps the process's stderr (restored in reverse order)
+
+
+@contextlib.contextmanager
+def stderr_without(patterns: list[str]) -> Iterator[None]:
+    """Writes what the process writes to stderr meanwhile (C++ included), less the lines `patterns` match.
+
+    Meanwhile stderr is a file, which a write never waits on: in a Jupyter kernel, whose stderr is a pipe
+    that a Python thread empties, C++ code that holds the GIL while it logs cannot fill the pipe and wait
+    forever. Lines are written on, in order, when the block ends.
+    """
+    known = re.compile("|".join(patterns))
+    with _STDERR_HELD:
+        sys.stderr.flush()
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr to filter
+            yield
+            return
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                captured.seek(0)
+                for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                    if not known.search(line):
+                        sys.stderr.write(line)
+                sys.stderr.flush()
+
+
+def ignore_autograph_repeats() -> None:
+    """Ignores `SyntaxWarning`s raised on autograph's converted copies of functions (not on the originals)."""
+    warnings.filterwarnings("ignore", category=SyntaxWarning, module=r".*__autograph_generated_file")
+
+
+def import_tensorflow() -> None:
+    """Imports TensorFlow (where not imported yet) without its start-up lines about absent hardware."""
+    if "tensorflow" in sys.modules:
+        return
+    with stderr_without(TENSORFLOW_START_UP):
+        import tensorflow  # noqa: F401

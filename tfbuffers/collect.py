@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import tensorflow as tf
@@ -42,7 +43,10 @@ def _progress_bar(progress: Any, total: int, description: str) -> Any:
     if progress is False or progress is None:
         return None
     if progress is True:
-        from tqdm.auto import tqdm
+        if importlib.util.find_spec("ipywidgets") is None:
+            from tqdm import tqdm  # a text bar where tqdm.auto would warn that notebook widgets are missing
+        else:
+            from tqdm.auto import tqdm
 
         return tqdm(total=total, unit="frame", desc=description, leave=False)
     return progress  # a bar the caller made

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import prioritized, specs
+from tfbuffers import _noise, prioritized, specs
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, host_sample, positive_int, weak_method
 
 logger = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class ReverbReplayBuffer(ReplayBuffer):
                 checkpointer = reverb.checkpointers.DefaultCheckpointer(
                     checkpoint_dir or tempfile.mkdtemp(), fallback_checkpoint_path=fallback_checkpoint
                 )
-            self._server = reverb.Server([table], checkpointer=checkpointer)
+            self._server = start_server([table], checkpointer=checkpointer)
             address = f"localhost:{self._server.port}"
             logger.warning(STARTED, table_name, self._server.port)
             # The embedded server does not outlive its buffer, closed or not.
@@ -509,6 +509,24 @@ class ReverbReplayBuffer(ReplayBuffer):
         if self._server is not None:
             self._finalizer()  # stops the server once
             self._server = None
+
+
+# Reverb logs a line per 100 chunks read while it loads a checkpoint: hundreds of lines for a large table.
+CHECKPOINT_PROGRESS = [r"Still reading compressed trajectory data\. \d+ records have been read so far"]
+
+
+def start_server(tables: list[Any], port: int | None = None, checkpointer: Any = None) -> Any:
+    """`reverb.Server(tables, port, checkpointer)`, its start-up log written on once it has started.
+
+    Reverb's server starts, and loads the checkpointer's checkpoint, holding the GIL while it logs. In a
+    Jupyter kernel (Colab's included) stderr is a pipe that a Python thread empties: a checkpoint whose
+    loading logs more than the pipe holds (about 64 KiB: some 50,000 chunks) would stop the kernel for
+    good. Its log goes to a file meanwhile and is written to stderr after, less the per-100-chunks
+    progress lines.
+    """
+    reverb = _import_reverb()
+    with _noise.stderr_without(CHECKPOINT_PROGRESS):
+        return reverb.Server(tables, port=port, checkpointer=checkpointer)
 
 
 def make_table(
