@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-BUFFER_KINDS = ("py_prioritized", "py_uniform", "tf_prioritized", "tf_uniform")  # _common.BUFFERS' names
+# tfbuffers.kinds' names of the kinds that take any data spec (_common.BUFFERS), known here without importing it
+BUFFER_KINDS = ("py_prioritized", "py_uniform", "tf_prioritized", "tf_uniform")
 REVERB_SAMPLERS = ("uniform", "prioritized")  # tfbuffers.reverb_replay_buffer.SAMPLERS' names
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ADDRESS = re.compile(r"[^\s:,]+:\d+")  # HOST:PORT of a replay server

@@ -10,24 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 import tfbuffers
-from tfbuffers import files
+from tfbuffers import files, kinds
 
-BUFFERS = {
-    "tf_uniform": tfbuffers.TFUniformReplayBuffer,
-    "py_uniform": tfbuffers.PyUniformReplayBuffer,
-    "tf_prioritized": tfbuffers.TFPrioritizedReplayBuffer,
-    "py_prioritized": tfbuffers.PyPrioritizedReplayBuffer,
-}
-PRIORITIZED = ("tf_prioritized", "py_prioritized")
+BUFFERS = tuple(sorted(name for name, kind in kinds.KINDS.items() if kind.any_spec))  # those of any data spec
 FILE = "buffer.safetensors"
 
 
 def make_buffer(kind: str, spec: Any, batch_size: int, max_length: int, seed: int | None = None) -> Any:
     """One of `BUFFERS`, by name. `seed`: the py buffers' sampler (the TF buffers follow `tf.random.set_seed`)."""
     if kind not in BUFFERS:
-        raise ValueError(f"buffer: expected one of {sorted(BUFFERS)}, got {kind!r}")
-    options = {"seed": seed} if kind.startswith("py_") else {}
-    return BUFFERS[kind](spec, batch_size=batch_size, max_length=max_length, **options)
+        raise ValueError(f"buffer: expected one of {list(BUFFERS)}, got {kind!r}")
+    return kinds.make(kind, spec, batch_size, max_length, seed)
 
 
 def save_starter_buffer(buffer: Any, directory: pathlib.Path, metadata: dict[str, Any]) -> pathlib.Path:

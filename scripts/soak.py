@@ -70,6 +70,7 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
+from tfbuffers import kinds  # noqa: E402
 from tfbuffers import testing as stress  # noqa: E402
 
 COUNTS = ("seconds", "adds", "samples", "dataset_batches", "gathers", "frames_checked")
@@ -77,9 +78,7 @@ COUNTS = ("seconds", "adds", "samples", "dataset_batches", "gathers", "frames_ch
 
 def make_buffer(kind: str, batch_size: int, max_length: int) -> tfbuffers.ReplayBuffer:
     """The buffer under test."""
-    if kind == "py_uniform":
-        return tfbuffers.PyUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
-    return tfbuffers.TFUniformReplayBuffer(stress.SPEC, batch_size=batch_size, max_length=max_length)
+    return kinds.make(kind, stress.SPEC, batch_size, max_length)
 
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter

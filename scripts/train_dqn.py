@@ -343,7 +343,7 @@ def train(config: Config) -> Result:
         dataset = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2)
     experience = iter(dataset)
     train_fn = common.function(agent.train)
-    prioritized = getattr(buffer, "sampler", "prioritized") == "prioritized" and hasattr(buffer, "update_priorities")
+    prioritized = buffer.prioritized
     publisher = None
     if config.policy_dir:
         publisher = tf.train.CheckpointManager(

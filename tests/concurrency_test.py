@@ -35,7 +35,7 @@ def test_eager_writers_and_readers_of_every_kind(kind, clear_every):
     assert min(report.adds, report.samples, report.dataset_batches, report.gathers) >= 5
     assert report.frames_checked >= 5 * 2 * 8  # at least the samples' frames, 8 windows of 2 each
     assert report.clears >= 5 if clear_every else report.clears == 0
-    prioritized = hasattr(buffer, "update_priorities")
+    prioritized = buffer.prioritized
     assert report.priority_updates >= 5 if prioritized else report.priority_updates == 0
     # Counters are consistent once the threads are done.
     frames = int(buffer.num_frames())

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfbuffers.kinds
 import tfbuffers.specs
 import tfbuffers.state
 
@@ -138,50 +139,43 @@ class BufferKind:
     state_format: str = tfbuffers.state.SEGMENTED
 
 
-def _make_tf(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-    options.pop("seed", None)  # the TF buffer draws from TensorFlow's global generator
-    return tfbuffers.TFUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+def _from_registry(kind: tfbuffers.kinds.Kind, **preset: Callable[[Any], Any]) -> Callable[..., Any]:
+    """Makes buffers of the registry's `kind`: host kinds seeded (0 unless given), `preset` options from the spec."""
+
+    def make(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
+        seed = options.pop("seed", 0)  # the TF kinds draw from TensorFlow's global generator: no seed
+        for option, value in preset.items():
+            options.setdefault(option, value(spec))
+        return tfbuffers.kinds.make(kind.name, spec, batch_size, max_length, seed, **options)
+
+    return make
 
 
-def _make_py(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-    options.setdefault("seed", 0)
-    return tfbuffers.PyUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
-
-
-def _make_py_prioritized(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-    options.setdefault("seed", 0)
-    return tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
-
-
-def _make_tf_prioritized(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-    options.pop("seed", None)  # the TF buffer draws from TensorFlow's global generator
-    return tfbuffers.TFPrioritizedReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
-
-
-def _make_py_frames(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-    """The py buffer storing its uint8 fields of rank >= 1 (SPEC's pixels) as frame stacks along the last axis."""
-    options.setdefault("seed", 0)
+def _frame_stacked(spec: Any) -> list[str] | None:
+    """SPEC's uint8 fields of rank >= 1 (its pixels), stored as frame stacks along the last axis."""
     stacked = [
         field.path
         for field in tfbuffers.specs.flatten_spec(spec)
         if field.spec.dtype == tf.uint8 and field.spec.shape.rank >= 1
     ]
-    options.setdefault("frame_stacks", stacked or None)
-    return tfbuffers.PyUniformReplayBuffer(spec, batch_size=batch_size, max_length=max_length, **options)
+    return stacked or None
 
 
-# A new local buffer joins every contract, cross-check, fuzz, files and concurrency test here.
-BUFFER_KINDS = {
-    "tf": BufferKind("tf", _make_tf),
-    "py": BufferKind("py", _make_py),
-    "py_frames": BufferKind("py_frames", _make_py_frames),
-    "tf_prioritized": BufferKind(
-        "tf_prioritized", _make_tf_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
-    ),
-    "py_prioritized": BufferKind(
-        "py_prioritized", _make_py_prioritized, uniform=False, state_format=tfbuffers.state.PRIORITIZED
-    ),
-}
+def _buffer_kinds() -> dict[str, BufferKind]:
+    """The registry's kinds of any data spec (ids without "_uniform": "tf", "py"), and the py kind with frame stacks."""
+    found = {}
+    for kind in tfbuffers.kinds.KINDS.values():
+        if kind.any_spec:
+            name = kind.name.removesuffix("_uniform")
+            state_format = tfbuffers.state.PRIORITIZED if kind.prioritized else tfbuffers.state.SEGMENTED
+            found[name] = BufferKind(name, _from_registry(kind), not kind.prioritized, state_format)
+    py = tfbuffers.kinds.KINDS["py_uniform"]
+    found["py_frames"] = BufferKind("py_frames", _from_registry(py, frame_stacks=_frame_stacked))
+    return found
+
+
+# Every local kind in tfbuffers.kinds joins every contract, cross-check, fuzz, files and concurrency test here.
+BUFFER_KINDS = _buffer_kinds()
 # (source, target) kinds whose states restore into each other: a TF buffer's into a py buffer and back.
 RESTORABLE = [
     (source, target)

@@ -269,7 +269,7 @@ def test_the_adds_keep_the_record_of_episode_ends_through_wraps_clear_restore_an
     batch_size, max_length, num_adds = 3, 20, 57
     types = [rng.choice([FIRST, MID, MID, MID, LAST], size=num_adds).tolist() for _ in range(batch_size)]
     buffer = make_buffer(kind, batch_size, max_length, SPEC, episode_boundaries=True)
-    prioritized = hasattr(underlying(buffer), "update_priorities")
+    prioritized = buffer.prioritized
     for t in range(num_adds):
         fill(buffer, [segment[t : t + 1] for segment in types])
         if prioritized and t % 5 == 4:  # some rows near an episode's end change weight, one to 0

@@ -183,9 +183,9 @@ class BufferMachine(RuleBasedStateMachine):
 
     @property
     def prioritized(self) -> bool:
-        return hasattr(self.buffer, "update_priorities")
+        return self.buffer.prioritized
 
-    @precondition(lambda self: hasattr(self, "buffer") and hasattr(self.buffer, "update_priorities"))
+    @precondition(lambda self: hasattr(self, "buffer") and self.buffer.prioritized)
     @rule(
         ids=st.lists(st.integers(-1, 40), min_size=1, max_size=6),
         priorities=st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0, -1.0, float("nan")]), min_size=6, max_size=6),

@@ -431,9 +431,11 @@ def test_a_prioritized_table_draws_by_the_priorities_given(in_function):
 
 
 def test_priorities_are_checked_and_a_uniform_table_refuses_them(buffer):
+    assert not buffer.prioritized
     with pytest.raises(ValueError, match="table 'tfbuffers' samples uniformly; create the buffer with sampler="):
         buffer.update_priorities(np.array([1]), np.array([1.0]))
     with ReverbReplayBuffer(SPEC, sequence_length=1, sampler="prioritized", priority_exponent=1.0) as prioritized:
+        assert prioritized.prioritized
         prioritized.add_batch(frames([7]))
         prioritized.flush()
         _, info = prioritized.get_next(sample_batch_size=1)

@@ -14,6 +14,7 @@ from tfbuffers import _noise
 _noise.import_tensorflow()  # first, where tfbuffers brings TensorFlow in: its absent-hardware lines kept off
 _noise.ignore_autograph_repeats()
 
+from tfbuffers import kinds
 from tfbuffers.frames import FrameBuffer
 from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.n_step import n_step_dataset, n_step_transitions
@@ -57,21 +58,12 @@ def from_config(config: Mapping[str, Any]) -> Any:
     Raises:
       TypeError, ValueError: Naming the key, what was expected and what was received.
     """
-    classes = {kind.__name__: kind for kind in _LOCAL_CLASSES}
     rest = dict(config)
     name = rest.pop("buffer", None)
-    if name not in classes:
-        raise ValueError(f"config: buffer: expected one of {sorted(classes)}, got {name!r}")
-    return classes[name].from_config(rest)  # type: ignore[attr-defined]
+    if name not in kinds.BY_CLASS:
+        raise ValueError(f"config: buffer: expected one of {sorted(kinds.BY_CLASS)}, got {name!r}")
+    return kinds.BY_CLASS[name].buffer_class.from_config(rest)  # type: ignore[attr-defined]
 
-
-_LOCAL_CLASSES = (
-    TFUniformReplayBuffer,
-    PyUniformReplayBuffer,
-    TFPrioritizedReplayBuffer,
-    PyPrioritizedReplayBuffer,
-    PyHashedReplayBuffer,
-)
 
 __all__ = [
     "BufferInfo",

@@ -72,7 +72,7 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 import tensorflow as tf  # noqa: F401 (the doctest uses it)
 
-from tfbuffers import prioritized, specs, state
+from tfbuffers import kinds, prioritized, specs, state
 
 try:
     import tqdm
@@ -547,12 +547,13 @@ def load_buffer(
     header = _read_header(pathlib.Path(path))
     if header.version < 2:
         raise ValueError(NO_SPEC.format(path=header.path))
-    classes = _local_classes()
     if buffer_class is None:
         name = header.meta.get("buffer")
-        if name not in classes:
-            raise ValueError(UNKNOWN_CLASS.format(path=header.path, expected=sorted(classes), received=repr(name)))
-        buffer_class = classes[name]
+        if name not in kinds.BY_CLASS:
+            raise ValueError(
+                UNKNOWN_CLASS.format(path=header.path, expected=sorted(kinds.BY_CLASS), received=repr(name))
+            )
+        buffer_class = kinds.BY_CLASS[name].buffer_class
     data_spec = specs.spec_from_json(json.loads(header.meta["spec"]))
     accepted = inspect.signature(buffer_class).parameters
     options = {key: value for key, value in json.loads(header.meta.get("options", "{}")).items() if key in accepted}
@@ -568,12 +569,6 @@ def load_buffer(
         buffer.close()
         raise
     return buffer
-
-
-def _local_classes() -> dict[str, type]:
-    import tfbuffers
-
-    return {kind.__name__: kind for kind in tfbuffers._LOCAL_CLASSES}
 
 
 def _check_fits(header: _Header, buffer: Any, template: state.BufferState) -> None:

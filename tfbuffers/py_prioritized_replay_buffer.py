@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import _episodes, _ring, _sampling, _sum_tree, host, prioritized
 from tfbuffers import state as state_lib
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 
@@ -104,6 +104,11 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
         return self._priority_exponent
 
+    @property
+    def prioritized(self) -> bool:
+        """True: the buffer samples by priority."""
+        return True
+
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
 
@@ -130,7 +135,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         self._check_open()
         if not tf.executing_eagerly():
             inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
-            return self._in_graph(self._update_value, inputs, tf.int64, [])
+            return host.call(self._update_value, inputs, tf.int64, [])
         if not isinstance(ids, np.ndarray) or not isinstance(priorities, np.ndarray):
             ids, priorities = np.asarray(ids), np.asarray(priorities)  # lists, or eager tensors
         return int(self._update_value(ids, priorities))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,17 +9,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, specs
+from tfbuffers import _episodes, _ring, _sampling, host, specs
 from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
-from tfbuffers.replay_buffer import (
-    FRAMES_GONE,
-    BufferInfo,
-    host_sample,
-    optional_positive_int,
-    positive_int,
-    weak_method,
-)
+from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, optional_positive_int, positive_int
 
 _OPS = _ring.NUMPY
 
@@ -146,14 +138,13 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         )
         self._rng = np.random.default_rng(seed)
         self._backend = _sampling.numpy_backend(self._rng)
-        self._dtypes = [field.spec.dtype for field in self._fields]
         self._segments = np.arange(self._batch_size, dtype=np.int64)
         self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
         self._ends = _episodes.empty(self.capacity, self._batch_size)  # kept by adds with episode boundaries
 
     def _num_frames(self) -> Any:
         if not tf.executing_eagerly():
-            return self._in_graph(self._num_frames_value, [], tf.int64, [])
+            return host.call(self._num_frames_value, [], tf.int64, [])
         return self._num_frames_value()
 
     def _num_frames_value(self) -> np.int64:
@@ -167,7 +158,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             # passed; the full check runs again on the values, so shapes unknown at trace time are
             # checked too.
             inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
-            return self._in_graph(self._add_arrays, inputs, tf.int64, [self._batch_size])
+            return host.call(self._add_arrays, inputs, tf.int64, [self._batch_size])
         # Eager tensors are the only leaves that are not numpy here (check_batch converts everything else).
         arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
         with self._lock:
@@ -224,10 +215,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
 
-    def _in_graph(self, method: Any, inputs: list[Any], dtype: Any, shape: list[int | None]) -> tf.Tensor:
-        """`method(*inputs)` as a stateful op that runs when the graph runs, holding this buffer weakly."""
-        return tf.ensure_shape(tf.numpy_function(weak_method(method), inputs, dtype, stateful=True), shape)
-
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
@@ -254,19 +241,17 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
         if not tf.executing_eagerly():  # read when the graph runs, whatever the indices are
             indices = tf.cast(indices, tf.int64)
-            gather = functools.partial(weak_method(self._gather_indices_in_graph), fields)
-            dtypes = [self._dtypes[i] for i in fields]
-            leaves = tf.numpy_function(gather, [indices], dtypes, stateful=True)
-            return self._with_static_shapes(leaves, indices.shape, fields)
+            inputs = [indices, tf.constant(fields, tf.int64)]
+            return host.call(self._gather_indices_in_graph, inputs, *self._leaf_types(indices.shape, fields))
         indices = np.asarray(indices, np.int64)
         with self._lock:
             self._check_open()
             ids = self._checked_ids(_OPS, indices, self._table.added)
             return self._table.read(self._rows(ids), fields)
 
-    def _gather_indices_in_graph(self, fields: list[int], indices: np.ndarray) -> list[np.ndarray]:
+    def _gather_indices_in_graph(self, indices: np.ndarray, fields: np.ndarray) -> list[np.ndarray]:
         try:
-            return self._gather_indices(indices, fields)
+            return self._gather_indices(indices, fields.tolist())
         except IndexError as error:  # numpy_function would raise it as OutOfRangeError: a dataset's end
             raise ValueError(str(error)) from None
 
@@ -282,8 +267,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _gather_all(self) -> Any:
         if not tf.executing_eagerly():
-            leaves = tf.numpy_function(weak_method(self._gather_all_arrays), [], self._dtypes, stateful=True)
-            return self._pack(self._with_static_shapes(leaves, tf.TensorShape([self._batch_size, None])))
+            leaves = host.call(self._gather_all_arrays, [], *self._leaf_types(tf.TensorShape([self._batch_size, None])))
+            return self._pack(leaves)
         return self._pack(self._gather_all_arrays())
 
     def _gather_all_arrays(self) -> list[np.ndarray]:
@@ -294,7 +279,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _clear(self) -> None:
         if not tf.executing_eagerly():
-            self._in_graph(self._clear_value, [], tf.int64, [])
+            host.call(self._clear_value, [], tf.int64, [])
             return
         self._clear_value()
 
@@ -361,33 +346,20 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return np.int64(self._table.added)
 
     def _added_tensor(self) -> tf.Tensor:
-        added = tf.numpy_function(weak_method(self._added_value), [], tf.int64, stateful=True)
-        return tf.ensure_shape(added, [])
+        return host.call(self._added_value, [], tf.int64, [])
 
     def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
-        gather_arrays = weak_method(self._gather_arrays)  # takes positional arguments only
-        dtypes = self._dtypes if fields is None else [self._dtypes[i] for i in fields]
-        leaves = tf.numpy_function(lambda ids: gather_arrays(ids, fields), [ids], dtypes, stateful=True)
-        return self._with_static_shapes(leaves, ids.shape, fields)
+        chosen = list(range(len(self._fields))) if fields is None else list(fields)
+        inputs = [ids, tf.constant(chosen, tf.int64)]
+        return host.call(self._gather_field_arrays, inputs, *self._leaf_types(ids.shape, chosen))
 
-    def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
-        try:
-            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-        except tf.errors.InvalidArgumentError as error:
-            # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
-            raise ValueError(error.message) from None
-        return [*leaves, ids, probabilities]
+    def _gather_field_arrays(self, ids: np.ndarray, fields: np.ndarray) -> list[np.ndarray]:
+        return self._gather_arrays(ids, fields.tolist())
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        sample, inputs = host_sample(weak_method(self._sample_list), sample_batch_size, num_steps)
-        outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
-        ids_shape = tf.TensorShape(self._ids_shape(sample_batch_size, num_steps))
-        leaves = self._with_static_shapes(outputs[: len(self._dtypes)], ids_shape)
-        ids = tf.ensure_shape(outputs[-2], ids_shape)
-        probabilities = tf.ensure_shape(outputs[-1], ids_shape[:1] if sample_batch_size is not None else [])
-        return leaves, ids, probabilities
+        return host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps)
 
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
@@ -403,14 +375,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         dataset._tfbuffers_source = self
         return dataset
 
-    def _with_static_shapes(
-        self, leaves: list[tf.Tensor], outer: tf.TensorShape, fields: Sequence[int] | None = None
-    ) -> list[tf.Tensor]:
-        """Sets each leaf's shape to `outer` + its field's (of `fields`, indices into `self.fields`, if given)."""
+    def _leaf_types(
+        self, outer: tf.TensorShape, fields: Sequence[int] | None = None
+    ) -> tuple[list[tf.DType], list[tf.TensorShape]]:
+        """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
         chosen = self._fields if fields is None else [self._fields[i] for i in fields]
-        for leaf, field in zip(leaves, chosen):
-            leaf.set_shape(outer.concatenate(field.spec.shape))
-        return leaves
+        return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
 
 
 def _frame_stack_axes(fields: Sequence[specs.Field], option: Any) -> dict[int, int]:

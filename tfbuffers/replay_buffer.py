@@ -146,19 +146,6 @@ def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def host_sample(
-    sample_list: Callable[[Any, int | None], list[np.ndarray]], sample_batch_size: Any, num_steps: int | None
-) -> tuple[Callable[..., list[np.ndarray]], list[Any]]:
-    """`(function, inputs)` for `tf.numpy_function` to call `sample_list(sample_batch_size, num_steps)` on the host.
-
-    A tensor `sample_batch_size` (known when the graph runs) becomes an input of the call; a Python one is
-    bound into the function. `sample_list` is called as it is given (pass a `weak_method`).
-    """
-    if tf.is_tensor(sample_batch_size):
-        return (lambda size: sample_list(int(size), num_steps)), [sample_batch_size]
-    return (lambda: sample_list(sample_batch_size, num_steps)), []
-
-
 class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     """Abstract base class of tfbuffers' replay buffers.
 
@@ -213,6 +200,11 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     def stateful_dataset(self) -> bool:
         """The constructor's `stateful_dataset`, which changes nothing (see `__init__`)."""
         return self._stateful_dataset
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the buffer samples by priority: then `update_priorities(ids, priorities)` sets them."""
+        return False
 
     @property
     def size(self) -> int:

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _noise, prioritized, specs
-from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, host_sample, positive_int, weak_method
+from tfbuffers import _noise, host, prioritized, specs
+from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,6 @@ class ReverbReplayBuffer(ReplayBuffer):
         self._min_size = min_size_to_sample
         self._sampler = sampler
         self._max_priority = 1.0  # new items' priority: the largest given through update_priorities
-        self._dtypes = [field.spec.dtype for field in self._fields]
         paths = [field.path for field in self._fields]
         self._step_type_index = paths.index("step_type") if hasattr(self._data_spec, "step_type") else None
         self._server = None
@@ -260,6 +259,11 @@ class ReverbReplayBuffer(ReplayBuffer):
     def sampler(self) -> str:
         """How the table draws items: "uniform" or "prioritized"."""
         return self._sampler
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the table draws by priority (`sampler="prioritized"`)."""
+        return self._sampler == "prioritized"
 
     @property
     def table_name(self) -> str:
@@ -316,7 +320,7 @@ class ReverbReplayBuffer(ReplayBuffer):
 
     def _num_frames(self) -> Any:
         if not tf.executing_eagerly():
-            return tf.ensure_shape(tf.numpy_function(weak_method(self._num_items), [], tf.int64, stateful=True), [])
+            return host.call(self._num_items, [], tf.int64, [])
         return self._num_items()
 
     def _num_items(self) -> np.int64:
@@ -327,8 +331,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         if not tf.executing_eagerly():
             # Written when the graph runs, not when it is traced; the values are checked again then.
             inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
-            ids = tf.numpy_function(weak_method(self._add_arrays), inputs, tf.int64, stateful=True)
-            return tf.ensure_shape(ids, [self._batch_size])
+            return host.call(self._add_arrays, inputs, tf.int64, [self._batch_size])
         arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
         with self._lock:
             self._check_open()
@@ -381,7 +384,7 @@ class ReverbReplayBuffer(ReplayBuffer):
             raise ValueError(NOT_PRIORITIZED.format(table=self._table_name))
         if not tf.executing_eagerly():
             inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
-            tf.numpy_function(weak_method(self._update_value), inputs, tf.int64, stateful=True)
+            host.call(self._update_value, inputs, tf.int64, [])
             return None
         self._update_value(np.asarray(ids), np.asarray(priorities))
         return None
@@ -402,7 +405,9 @@ class ReverbReplayBuffer(ReplayBuffer):
             )
             raise tf.errors.InvalidArgumentError(None, None, message)
 
-    def _sample_arrays(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+    def _sample_arrays(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         self._check_open()
         self._check_sampleable()
         count = 1 if sample_batch_size is None else sample_batch_size
@@ -415,35 +420,21 @@ class ReverbReplayBuffer(ReplayBuffer):
         ]
         keys = np.array([sample.info.key for sample in samples], np.uint64).view(np.int64)
         probabilities = np.array([sample.info.probability for sample in samples], np.float32)
-        outputs = [*leaves, keys, probabilities]
-        return outputs if sample_batch_size is not None else [output[0] for output in outputs]
-
-    def _sample_list(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
-        try:
-            return self._sample_arrays(sample_batch_size, num_steps)
-        except tf.errors.InvalidArgumentError as error:
-            # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError.
-            raise ValueError(error.message) from None
+        if sample_batch_size is None:
+            return [leaf[0] for leaf in leaves], keys[0], probabilities[0]
+        return leaves, keys, probabilities
 
     @staticmethod
     def _window(leaf: np.ndarray, num_steps: int | None) -> np.ndarray:
         return leaf[0] if num_steps is None else leaf[:num_steps]
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        outputs: Any
+        leaves: Any
         if tf.executing_eagerly():
-            outputs = self._sample_arrays(sample_batch_size, num_steps)
-        else:
-            sample, inputs = host_sample(weak_method(self._sample_list), sample_batch_size, num_steps)
-            static_size = None if tf.is_tensor(sample_batch_size) else sample_batch_size
-            outputs = tf.numpy_function(sample, inputs, [*self._dtypes, tf.int64, tf.float32], stateful=True)
-            batch = [] if sample_batch_size is None else [static_size]
-            time = [] if num_steps is None else [num_steps]
-            for output, field in zip(outputs, self._fields):
-                output.set_shape([*batch, *time, *field.spec.shape])
-            for output in outputs[-2:]:
-                output.set_shape(batch)
-        leaves, keys, probabilities = outputs[:-2], outputs[-2], outputs[-1]
+            leaves, keys, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        else:  # an item's key per window
+            sample = host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps, ids_per_step=False)
+            leaves, keys, probabilities = sample
         return self._pack(leaves), BufferInfo(keys, probabilities)
 
     def _as_dataset(
@@ -482,7 +473,7 @@ class ReverbReplayBuffer(ReplayBuffer):
 
     def _clear(self) -> None:
         if not tf.executing_eagerly():
-            tf.numpy_function(weak_method(self._clear_value), [], tf.int64, stateful=True)
+            host.call(self._clear_value, [], tf.int64, [])
             return
         self._clear_value()
 

@@ -139,7 +139,7 @@ def run(
       Exception: The first error any thread raised.
     """
     add = add or buffer.add_batch
-    prioritized = hasattr(buffer, "update_priorities")
+    prioritized = buffer.prioritized
     update = update or (buffer.update_priorities if prioritized else lambda ids, priorities: None)
     batch_size = buffer.batch_size
     counter = itertools.count()

@@ -121,6 +121,11 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
         return self._priority_exponent
 
+    @property
+    def prioritized(self) -> bool:
+        """True: the buffer samples by priority."""
+        return True
+
     def variables(self) -> tuple[tf.Variable, ...]:
         """The buffer's variables: the field tables, the add counter, the priorities and the tree."""
         if self._closed:

@@ -1,0 +1,122 @@
+"""The package's seams: one registry of kinds, and no module reading another object's underscore attributes."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfbuffers
+from tfbuffers import kinds
+
+PACKAGE = pathlib.Path(tfbuffers.__file__).parent
+NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make"}  # public, underscored so as not to clash with fields
+
+# What the storage seam (issue 30) is to remove, and nothing else: files calls the buffers' file hooks,
+# and each uniform buffer's frame source (the snapshot a file is saved from) reads its buffer's storage.
+REMAINING = collections.Counter(
+    {
+        ("files.py", "buffer._file_options"): 1,
+        ("files.py", "buffer._file_source"): 1,
+        ("files.py", "buffer._write_rows"): 1,
+        ("files.py", "buffer._check_extras"): 1,
+        ("files.py", "buffer._restore"): 1,
+        ("py_uniform_replay_buffer.py", "buffer._lock"): 2,
+        ("py_uniform_replay_buffer.py", "buffer._check_open"): 1,
+        ("py_uniform_replay_buffer.py", "buffer._table"): 2,
+        ("py_uniform_replay_buffer.py", "buffer._extras_locked"): 1,
+        ("py_uniform_replay_buffer.py", "buffer._generation"): 2,
+        ("py_uniform_replay_buffer.py", "self._buffer._lock"): 1,
+        ("py_uniform_replay_buffer.py", "self._buffer._check_open"): 1,
+        ("py_uniform_replay_buffer.py", "self._buffer._table"): 1,
+        ("tf_uniform_replay_buffer.py", "buffer._compiled"): 1,
+        ("tf_uniform_replay_buffer.py", "buffer._counter_and_extras_tensors"): 1,
+        ("tf_uniform_replay_buffer.py", "buffer._extra_variables"): 1,
+        ("tf_uniform_replay_buffer.py", "self._buffer._table"): 1,
+        ("tf_uniform_replay_buffer.py", "self._buffer._concurrency"): 1,
+        ("tf_uniform_replay_buffer.py", "self._buffer._added"): 1,
+    }
+)
+
+
+def foreign_reads(source: str) -> list[str]:
+    """The reads of another object's underscore attributes in `source` (not `self`'s, `cls`'s or `super()`'s)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        if not node.attr.startswith("_") or node.attr.startswith("__") or node.attr in NAMEDTUPLE_API:
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+            continue
+        found.append(ast.unparse(node))
+    return found
+
+
+def test_foreign_underscore_reads_are_found_and_own_ones_are_not():
+    source = (
+        "class A:\n"
+        "    def f(self, other):\n"
+        "        self._own = other._theirs + self._own + super()._inherited + cls._x\n"
+        "        return other.point._replace(x=1), other._more.public, other.__len__()\n"
+    )
+    assert sorted(foreign_reads(source)) == ["other._more", "other._theirs"]
+
+
+def test_no_module_reads_another_objects_underscore_attributes_but_those_the_storage_seam_removes():
+    found = collections.Counter(
+        (path.name, read) for path in sorted(PACKAGE.glob("*.py")) for read in foreign_reads(path.read_text())
+    )
+    assert found == REMAINING  # a new read fails here; a removed one is taken off REMAINING
+
+
+def test_every_class_the_package_exports_is_in_the_registry_once():
+    exported = {
+        name
+        for name in tfbuffers.__all__
+        if isinstance(getattr(tfbuffers, name), type) and issubclass(getattr(tfbuffers, name), tfbuffers.ReplayBuffer)
+    }
+    local = exported - {"ReplayBuffer", "ReverbReplayBuffer"}  # the base, and the buffer of a Reverb server
+    assert sorted(kind.class_name for kind in kinds.KINDS.values()) == sorted(local)
+    for kind in kinds.KINDS.values():
+        assert kind.buffer_class is getattr(tfbuffers, kind.class_name)
+        assert kinds.BY_CLASS[kind.class_name] is kind
+
+
+@pytest.mark.parametrize("name", sorted(name for name, kind in kinds.KINDS.items() if kind.any_spec))
+def test_a_kind_is_what_the_registry_says(name):
+    kind = kinds.get(name)
+    buffer = kinds.make(name, {"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4, seed=0)
+    assert type(buffer).__name__ == kind.class_name
+    assert buffer.prioritized is kind.prioritized is hasattr(buffer, "update_priorities")
+    buffer.add_batch({"x": np.array([1, 2], np.int64)})
+    assert int(buffer.num_frames()) == 2
+
+
+def test_an_unknown_kind_is_refused_naming_those_there_are():
+    with pytest.raises(ValueError, match=r"buffer: expected one of \['py_hashed', .*'tf_uniform'\], got 'ring'"):
+        kinds.get("ring")
+
+
+def test_the_registry_and_files_import_no_buffer_module_and_not_the_package():
+    # The classes are imported when asked for (Kind.buffer_class): no import loop through files.
+    source = (PACKAGE / "kinds.py").read_text() + (PACKAGE / "files.py").read_text()
+    imported = [
+        alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert [name for name in imported if name.startswith("tfbuffers")] == [
+        "tfbuffers.kinds",
+        "tfbuffers.prioritized",
+        "tfbuffers.specs",
+        "tfbuffers.state",
+    ]

@@ -1,0 +1,92 @@
+"""The host bridge: how a graph calls a buffer whose frames live on the host.
+
+The py buffers keep numpy arrays, the Reverb buffer a client of a server; a buffer hosted in
+another process would keep a handle. Inside a `tf.function` or a `tf.data` pipeline each of their
+calls (add, sample, gather, clear, count) becomes one stateful `tf.numpy_function` op that runs
+when the graph runs, never when it is traced. This module writes that once:
+
+- `call(method, inputs, dtypes, shapes)`: `method(*inputs)` as such an op. The op reaches the
+  method's buffer through a weak reference (TensorFlow keeps the functions given to
+  `numpy_function` for as long as it pleases): a buffer its user dropped is freed, and a graph
+  still running it says so (`DROPPED`). Outputs get their static shapes.
+- `sample(sample_arrays, fields, sample_batch_size, num_steps)`: a sample drawn on the host. A
+  tensor `sample_batch_size` (known when the graph runs) becomes an input of the op; a refusal
+  the host raises as `tf.errors.InvalidArgumentError` (an empty buffer) reaches the graph with its
+  own message first, as a Python `ValueError` raised there would.
+
+>>> import numpy as np
+>>> import tensorflow as tf
+>>> class Counter:
+...     def __init__(self):
+...         self.count = np.int64(0)
+...     def add(self, n):
+...         self.count += n
+...         return self.count
+>>> counter = Counter()
+>>> step = tf.function(lambda n: call(counter.add, [n], tf.int64, []))
+>>> int(step(tf.constant(2, tf.int64))), int(step(tf.constant(3, tf.int64)))
+(2, 5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers.replay_buffer import weak_method
+from tfbuffers.specs import Field
+
+
+def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes: Any) -> Any:
+    """`method(*inputs)` (a bound method) as a stateful op that runs when the graph runs.
+
+    `dtypes` is one dtype (one output, checked against `shapes`, its shape, when the op runs) or a
+    list (outputs given `shapes`, one per output, as static shapes).
+    """
+    outputs = tf.numpy_function(weak_method(method), list(inputs), dtypes, stateful=True)
+    if not isinstance(dtypes, list | tuple):
+        return tf.ensure_shape(outputs, shapes)
+    for output, shape in zip(outputs, shapes):
+        output.set_shape(shape)
+    return outputs
+
+
+def sample(
+    sample_arrays: Callable[[int | None, int | None], tuple[list[np.ndarray], np.ndarray, np.ndarray]],
+    fields: Sequence[Field],
+    sample_batch_size: Any,
+    num_steps: int | None,
+    *,
+    ids_per_step: bool = True,
+) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+    """`(leaves, ids, probabilities)` of `sample_arrays(sample_batch_size, num_steps)` run on the host in the graph.
+
+    `sample_arrays` (a bound method) returns `(leaves, ids, probabilities)`: the leaves of `fields`
+    (shaped `[batch?, steps?] + spec`), the ids and the probabilities. The ids are shaped like the
+    leaves' outer dimensions (`ids_per_step`: a frame id per step) or `[batch?]` (an id per window,
+    Reverb's item keys); probabilities `[batch?]`.
+    """
+    host = weak_method(sample_arrays)
+    static_size = None if tf.is_tensor(sample_batch_size) else sample_batch_size  # the graph's tensor not kept
+
+    def draw(*size: np.ndarray) -> list[np.ndarray]:
+        try:
+            leaves, ids, probabilities = host(int(size[0]) if size else static_size, num_steps)
+        except tf.errors.InvalidArgumentError as error:
+            # numpy_function turns a ValueError, not an OpError, into InvalidArgumentError with the message first.
+            raise ValueError(error.message) from None
+        return [*leaves, ids, probabilities]
+
+    inputs = [sample_batch_size] if tf.is_tensor(sample_batch_size) else []
+    batch = [] if sample_batch_size is None else [static_size]
+    outer = batch + ([] if num_steps is None else [num_steps])
+    dtypes = [*(field.spec.dtype for field in fields), tf.int64, tf.float32]
+    outputs = tf.numpy_function(draw, inputs, dtypes, stateful=True)
+    for leaf, field in zip(outputs, fields):
+        leaf.set_shape(tf.TensorShape(outer).concatenate(field.spec.shape))
+    ids = tf.ensure_shape(outputs[-2], outer if ids_per_step else batch)
+    probabilities = tf.ensure_shape(outputs[-1], batch)
+    return outputs[: len(fields)], ids, probabilities
