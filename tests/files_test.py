@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -435,7 +436,7 @@ def test_class_options_travel_in_the_file_and_overrides_win(tmp_path):
     }
     loaded = tfbuffers.load(path)
     assert (loaded.priority_exponent, loaded.scope, loaded._dataset_window_shift) == (0.25, "mine", 2)
-    assert loaded._file_options() == buffer._file_options()
+    assert loaded.constructor_options() == buffer.constructor_options()
     other = tfbuffers.PyPrioritizedReplayBuffer.load(path, max_length=5, seed=3)  # the options it takes
     assert (other.priority_exponent, other.max_length, other._dataset_drop_remainder) == (0.25, 5, True)
 
@@ -453,15 +454,15 @@ def test_a_long_save_shows_progress_and_a_save_that_writers_keep_spoiling_falls_
     assert capsys.readouterr().err == ""
 
     made = []
-    stream = type(buffer)._file_source
+    stream = type(buffer).row_source
 
     def spoiled(self):
-        source = stream(self)
-        source.intact = lambda: False  # as if an add overwrote the oldest frame during every attempt
+        # as if an add overwrote the oldest frame during every attempt
+        source = dataclasses.replace(stream(self), intact=lambda: False)
         made.append(source)
         return source
 
-    monkeypatch.setattr(type(buffer), "_file_source", spoiled)
+    monkeypatch.setattr(type(buffer), "row_source", spoiled)
     path = buffer.save(tmp_path / "b.safetensors")
     assert len(made) == files.SAVE_ATTEMPTS  # then one in-memory snapshot
     assert_same_state(tfbuffers.PyUniformReplayBuffer.load(path).state(), buffer.state())

@@ -30,7 +30,7 @@ from tfbuffers.replay_buffer import (
 )
 
 NOT_A_BOOL = "{name}: expected a bool, got {received}"
-ADDED = "added"
+ADDED = state_lib.ADDED
 INDEX_OUT_OF_RANGE = (
     "indices: expected values in [-{frames}, {frames}) ({frames} frames stored), got {value} at position {position}"
 )
@@ -196,7 +196,33 @@ class SegmentedReplayBuffer(ReplayBuffer):
     def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
         """Raises a ValueError if the extras' values (shapes and dtypes already checked) are invalid."""
 
-    # Files.
+    # Files, and the storage streamed out and in.
+
+    def row_source(self) -> state_lib.Rows:
+        """The storage read piecewise: the add counter and extras now, the rows as asked for (eager only).
+
+        What `save` streams from, with no copy of the whole storage: `read(field, first_row, stop_row)`
+        returns storage rows (see `tfbuffers._ring` for where a frame's row is), `intact()` whether the
+        rows read since are still those of the counter's moment (adds that began since may overwrite the
+        oldest; a clear, restore or priority update changes them all). A reader that finds them changed
+        asks again.
+        """
+        self._check_open()
+        return self._row_source()
+
+    def row_sink(self) -> state_lib.RowSink:
+        """The storage written piecewise, for a loader filling this (new) buffer with no copy (eager only).
+
+        `write(field, first_row, rows)` writes storage rows; `commit(added, extras, source)` checks the
+        extras and makes the rows, the counter and the extras the buffer's contents at once. Rows written
+        and not committed are not part of the contents: commit before any other call.
+        """
+        self._check_open()
+        return state_lib.RowSink(self._write_rows, self._commit_rows)
+
+    def _commit_rows(self, added: int, extras: dict[str, np.ndarray], source: str) -> None:
+        self._check_extras(extras, source)
+        self._restore(added, [], extras)
 
     def save(
         self, path: str | os.PathLike, metadata: dict[str, Any] | None = None, *, progress: bool | None = None
@@ -276,8 +302,18 @@ class SegmentedReplayBuffer(ReplayBuffer):
             raise TypeError(CONFIG_UNKNOWN.format(unexpected=unexpected, buffer=cls.__name__, expected=accepted))
         return cls(data_spec, batch_size=batch_size, max_length=max_length, **config)
 
-    def _file_options(self) -> dict[str, Any]:
-        """The constructor's arguments this buffer keeps (as `_<name>`), for its files: JSON values."""
+    def constructor_options(self) -> dict[str, Any]:
+        """The constructor's arguments beyond the data spec and sizes that the buffer keeps (what a file records).
+
+        A sampler's seed is not kept: a buffer loaded from a file is seeded anew (`seed=`).
+
+        >>> import tfbuffers, tensorflow as tf
+        >>> buffer = tfbuffers.PyUniformReplayBuffer({"x": tf.TensorSpec([], tf.int64)}, batch_size=2,
+        ...                                          max_length=4, seed=3, dataset_window_shift=2)
+        >>> buffer.constructor_options()  # doctest: +NORMALIZE_WHITESPACE
+        {'dataset_drop_remainder': False, 'dataset_window_shift': 2, 'stateful_dataset': False,
+         'episode_boundaries': False, 'frame_stacks': None}
+        """
         parameters = inspect.signature(type(self).__init__).parameters
         names = [name for name in parameters if name not in ("self", *_FROM_FILE_OR_CONFIG)]
         return {name: getattr(self, "_" + name) for name in names if hasattr(self, "_" + name)}
@@ -535,8 +571,8 @@ class SegmentedReplayBuffer(ReplayBuffer):
         """The leaves of `fields` (indices into `self.fields`) at `sample_all()` indices (checked here)."""
 
     @abc.abstractmethod
-    def _file_source(self) -> Any:
-        """A `tfbuffers.files.FrameSource` over this buffer: its counter and extras now, its rows piecewise."""
+    def _row_source(self) -> state_lib.Rows:
+        """`row_source()`'s rows: the counter and extras now, the rows read piecewise."""
 
     @abc.abstractmethod
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:

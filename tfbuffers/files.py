@@ -67,7 +67,7 @@ import shutil
 import struct
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import numpy as np
 import tensorflow as tf  # noqa: F401 (the doctest uses it)
@@ -134,40 +134,6 @@ _HEADER_START = b'{"__metadata__":{"format":"tfbuffers.'  # how every file `save
 _HEADER_DIGEST = "header_sha256"
 
 
-class FrameSource(Protocol):
-    """What `save` streams from: a buffer's counter and extras at one moment, and its rows read piecewise.
-
-    The local buffers make one with `_file_source()`.
-    """
-
-    added: int
-    extras: Mapping[str, np.ndarray]
-
-    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        """Storage rows `[first_row, stop_row)` of field number `field`."""
-
-    def intact(self) -> bool:
-        """Whether every row read so far is still the one of the moment `added` was read at."""
-
-
-@dataclasses.dataclass
-class _StateSource:
-    """A `FrameSource` over a `BufferState` in memory (the fallback of a save that writers kept invalidating)."""
-
-    buffer_state: state.BufferState
-
-    def __post_init__(self) -> None:
-        self.added = int(self.buffer_state.counters[ADDED])
-        self.extras = self.buffer_state.extras
-        self._arrays = list(self.buffer_state.arrays.values())
-
-    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        return self._arrays[field][first_row:stop_row]
-
-    def intact(self) -> bool:
-        return True
-
-
 # Saving.
 
 
@@ -209,7 +175,7 @@ def save(
         "format": FORMAT,
         "state": template.format,
         "buffer": type(buffer).__name__,
-        "options": json.dumps(buffer._file_options()),
+        "options": json.dumps(buffer.constructor_options()),
         "spec": json.dumps(specs.spec_to_json(buffer.data_spec)),
         "batch_size": str(buffer.batch_size),
         "max_length": str(buffer.max_length),
@@ -225,10 +191,10 @@ def save(
         written = workspace / path.name
         with _Progress(f"saving {path.name}", progress) as bar:
             for _ in range(SAVE_ATTEMPTS):
-                if _write(written, buffer, buffer._file_source(), description, bar):
+                if _write(written, buffer, buffer.row_source(), description, bar):
                     break
-            else:
-                _write(written, buffer, _StateSource(buffer.state()), description, bar)
+            else:  # writers kept changing what was read: the state, copied at one moment
+                _write(written, buffer, state.Rows.of_state(buffer.state()), description, bar)
         os.replace(written, path)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
@@ -240,7 +206,7 @@ def save(
     return path
 
 
-def _write(file: pathlib.Path, buffer: Any, source: FrameSource, description: dict[str, str], bar: Any) -> bool:
+def _write(file: pathlib.Path, buffer: Any, source: state.Rows, description: dict[str, str], bar: Any) -> bool:
     """Writes `source` to `file` in safetensors' layout; False if a writer changed what it read meanwhile."""
     batch_size, max_length = buffer.batch_size, buffer.max_length
     added = source.added
@@ -311,7 +277,7 @@ def _write(file: pathlib.Path, buffer: Any, source: FrameSource, description: di
 
 
 def _field_chunks(
-    source: FrameSource, field: int, runs: list[tuple[int, int]], batch_size: int, row_bytes: int
+    source: state.Rows, field: int, runs: list[tuple[int, int]], batch_size: int, row_bytes: int
 ) -> Callable[[], Iterator[np.ndarray]]:
     """Reads field number `field`'s rows of `runs` from `source`, chunk by chunk, when called."""
 
@@ -562,9 +528,9 @@ def load_buffer(
     try:
         _check_fits(header, buffer, buffer.state_template())
         extras = {name: np.zeros(like.shape, like.dtype) for name, like in buffer.state_template().extras.items()}
-        added = _read_frames(header, buffer, buffer._write_rows, extras, progress)
-        buffer._check_extras(extras, str(header.path))
-        buffer._restore(added, [], extras)
+        sink = buffer.row_sink()
+        added = _read_frames(header, buffer, sink.write, extras, progress)
+        sink.commit(added, extras, str(header.path))
     except BaseException:
         buffer.close()
         raise

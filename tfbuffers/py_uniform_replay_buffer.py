@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sampling, host, specs
+from tfbuffers import state as state_lib
 from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, optional_positive_int, positive_int
@@ -258,8 +260,24 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _step_types(self) -> np.ndarray:
         return self._table.column(self._step_field)  # the sampler reads it under the lock
 
-    def _file_source(self) -> _PyFrameSource:
-        return _PyFrameSource(self)
+    def _row_source(self) -> state_lib.Rows:
+        # Each read copies a chunk of rows under the lock. The rows read are the snapshot's while no add
+        # overwrote the oldest of them (adds up to `oldest + max_length` write elsewhere) and no clear or
+        # restore ran.
+        with self._lock:
+            self._check_open()
+            added, extras, generation = self._table.added, self._extras_locked(), self._generation
+        oldest = int(_ring.oldest_add(_OPS, added, self._max_length))
+        return state_lib.Rows(added, extras, self._read_rows, functools.partial(self._rows_intact, generation, oldest))
+
+    def _read_rows(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
+        with self._lock:
+            self._check_open()
+            return self._table.read_rows(field, first_row, stop_row)
+
+    def _rows_intact(self, generation: int, oldest: int) -> bool:
+        with self._lock:
+            return self._generation == generation and self._table.added <= oldest + self._max_length
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
         with self._lock:
@@ -403,30 +421,3 @@ def _frame_stack_axes(fields: Sequence[specs.Field], option: Any) -> dict[int, i
             raise ValueError(FRAME_STACK_AXIS.format(path=path, shape=shape, axis=axis))
         axes[paths.index(path)] = axis % shape.rank
     return axes
-
-
-class _PyFrameSource:
-    """A `tfbuffers.files.FrameSource` over a py buffer: each read copies a chunk of rows under the lock.
-
-    The rows read are the snapshot's while no add overwrote the oldest of them
-    (adds up to `oldest + max_length` write elsewhere) and no clear or restore ran.
-    """
-
-    def __init__(self, buffer: PyUniformReplayBuffer) -> None:
-        self._buffer = buffer
-        with buffer._lock:
-            buffer._check_open()
-            self.added = buffer._table.added
-            self.extras = buffer._extras_locked()
-            self._generation = buffer._generation
-        self._oldest = int(_ring.oldest_add(_OPS, self.added, buffer.max_length))
-
-    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        with self._buffer._lock:
-            self._buffer._check_open()
-            return self._buffer._table.read_rows(field, first_row, stop_row)
-
-    def intact(self) -> bool:
-        buffer = self._buffer
-        with buffer._lock:
-            return buffer._generation == self._generation and buffer._table.added <= self._oldest + buffer.max_length

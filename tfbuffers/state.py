@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ SEGMENTED = "tfbuffers.segmented/1"
 PRIORITIZED = "tfbuffers.prioritized/1"
 """`SEGMENTED`, plus extras `priority` (`[capacity]` float64) and `max_priority` (a float64 scalar)."""
 
+ADDED = "added"  # the counter of adds since the last clear
 FORMAT_MISMATCH = "{source}: format: holds {received}, this {buffer} stores {expected}"
 LAYOUT_MISMATCH = "{source}: {what}: holds {received}, this {buffer} expects {expected}"
 FIELDS_MISMATCH = "{source}: fields: {differences}; a field is restored only into the field of the same nest path"
@@ -73,6 +74,52 @@ class BufferState:
     def describe(self) -> dict[str, Any]:
         """The JSON-serialisable description: format, layout and each field's path, dtype and shape."""
         return describe(self.format, self.layout, self.fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """A buffer's storage read piecewise (`buffer.row_source()`): what a save streams, with no copy of it whole.
+
+    Attributes:
+      added: The add counter at one moment.
+      extras: The extras (see `BufferState.extras`) at that moment, copied.
+      read: `read(field, first_row, stop_row)`: storage rows `[first_row, stop_row)` of field number `field`.
+      intact: `intact()`: whether every row read so far is still the one of that moment (no clear,
+        restore or priority update since, and no add that reached the oldest row).
+    """
+
+    added: int
+    extras: Mapping[str, np.ndarray]
+    read: Callable[[int, int, int], np.ndarray]
+    intact: Callable[[], bool]
+
+    @classmethod
+    def of_state(cls, state: BufferState) -> Rows:
+        """The rows of a `BufferState` in memory (always intact)."""
+        arrays = list(state.arrays.values())
+
+        def read(field: int, first_row: int, stop_row: int) -> np.ndarray:
+            return arrays[field][first_row:stop_row]
+
+        return cls(int(state.counters[ADDED]), state.extras, read, _true)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSink:
+    """A new buffer's storage written piecewise (`buffer.row_sink()`): what a load streams in, with no copy.
+
+    Attributes:
+      write: `write(field, first_row, rows)`: writes storage rows of field number `field` from `first_row`.
+      commit: `commit(added, extras, source)`: checks the extras (a ValueError naming `source` if they are
+        not valid) and makes the rows written, the counter and the extras the buffer's contents at once.
+    """
+
+    write: Callable[[int, int, np.ndarray], None]
+    commit: Callable[[int, dict[str, np.ndarray], str], None]
+
+
+def _true() -> bool:
+    return True
 
 
 def describe(format: str, layout: Mapping[str, int], fields: Sequence[Field]) -> dict[str, Any]:  # noqa: A002

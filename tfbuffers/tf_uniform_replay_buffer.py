@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 from collections.abc import Callable, Sequence
@@ -11,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
+from tfbuffers import state as state_lib
 from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._variable_table import VariableTable
@@ -323,8 +325,32 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         # Read inside the sample's checked read: a draw overlapping an add is read again (see `_sample_tensors`).
         return self._table.variables[self._step_field].read_value()
 
-    def _file_source(self) -> _TFFrameSource:
-        return _TFFrameSource(self)
+    def _row_source(self) -> state_lib.Rows:
+        # Each read gathers a chunk of rows from the variables. The rows read are the snapshot's when, read
+        # after them, the generation is the one read with the counter and extras (no clear, restore or
+        # priority update ran) and no add that began since reached the oldest of them (the seqlock check of
+        # `tfbuffers._tf_concurrency`).
+        for _ in range(SNAPSHOT_ATTEMPTS):
+            whole, values = self._compiled(self._counter_and_extras_tensors)()
+            if whole:
+                break
+        else:
+            raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
+        generation, added, *extras = (value.numpy() for value in values)
+        oldest = int(_ring.oldest_add(_ring.NUMPY, int(added), self._max_length))
+        intact = functools.partial(self._rows_intact, int(generation), oldest)
+        return state_lib.Rows(int(added), dict(zip(self._extra_variables(), extras)), self._read_rows, intact)
+
+    def _read_rows(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
+        # A gather of the rows only: a slice would read (and may copy) the whole variable first.
+        with tf.device(self._device):
+            rows = tf.range(first_row, stop_row, dtype=tf.int64)
+            return tf.gather(self._table.variables[field], rows).numpy()
+
+    def _rows_intact(self, generation: int, oldest: int) -> bool:
+        writing = int(self._concurrency.writing().numpy())
+        added = int(self._added.numpy())
+        return int(self._concurrency.generation.numpy()) == generation and oldest >= added + writing - self._max_length
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
         # A scatter writes the rows in place; a sliced assign would copy the whole variable (copy-on-write).
@@ -581,43 +607,6 @@ def _whole(whole: tf.Tensor, items: Any, info: BufferInfo) -> tf.Tensor:
 @tf.autograph.experimental.do_not_convert
 def _read(whole: tf.Tensor, items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
     return items, info
-
-
-class _TFFrameSource:
-    """A `tfbuffers.files.FrameSource` over a TF buffer: each read gathers a chunk of rows from the variables.
-
-    The rows read are the snapshot's when, read after them, the generation is the
-    one read with the counter and extras (no clear, restore or priority update
-    ran) and no add that began since reached the oldest of them (the seqlock check
-    of `tfbuffers._tf_concurrency`).
-    """
-
-    def __init__(self, buffer: TFUniformReplayBuffer) -> None:
-        self._buffer = buffer
-        for _ in range(SNAPSHOT_ATTEMPTS):
-            whole, values = buffer._compiled(buffer._counter_and_extras_tensors)()
-            if whole:
-                break
-        else:
-            raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
-        generation, added, *extras = (value.numpy() for value in values)
-        self._generation = int(generation)
-        self.added = int(added)
-        self.extras = dict(zip(buffer._extra_variables(), extras))
-        self._oldest = int(_ring.oldest_add(_ring.NUMPY, self.added, buffer.max_length))
-
-    def read(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        # A gather of the rows only: a slice would read (and may copy) the whole variable first.
-        with tf.device(self._buffer.device):
-            rows = tf.range(first_row, stop_row, dtype=tf.int64)
-            return tf.gather(self._buffer._table.variables[field], rows).numpy()
-
-    def intact(self) -> bool:
-        concurrency = self._buffer._concurrency
-        writing = int(concurrency.writing().numpy())
-        added = int(self._buffer._added.numpy())
-        generation = int(concurrency.generation.numpy())
-        return generation == self._generation and self._oldest >= added + writing - self._buffer.max_length
 
 
 _ASSERTION = re.compile(r"assertion failed: (.*?)\n\t \[\[", re.DOTALL)
