@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -28,6 +28,7 @@ import tensorflow as tf
 import tfbuffers.kinds
 import tfbuffers.specs
 import tfbuffers.state
+import tfbuffers.storage
 
 
 def fresh_spec() -> dict[str, Any]:
@@ -131,12 +132,21 @@ class BufferKind:
       make: Builds the buffer from (spec, batch_size, max_length, **options).
       uniform: Whether it samples uniformly (the contract's uniform-only cases run on it).
       state_format: Its `BufferState.format`: states, checkpoints and files restore across kinds of one format.
+      buffer_class: Its class.
+      load_options: What `buffer_class.load(path, ...)` is given to rebuild this kind from a file beyond what the
+        file records (a storage).
     """
 
     name: str
     make: Callable[..., tfbuffers.ReplayBuffer]
     uniform: bool = True
     state_format: str = tfbuffers.state.SEGMENTED
+    buffer_class: type = tfbuffers.PyUniformReplayBuffer
+    load_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def load(self, path: Any, **overrides: Any) -> Any:
+        """A buffer of this kind rebuilt from the file at `path` (`buffer_class.load`)."""
+        return self.buffer_class.load(path, **self.load_options, **overrides)  # type: ignore[attr-defined]
 
 
 def _from_registry(kind: tfbuffers.kinds.Kind, **preset: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -168,10 +178,37 @@ def _buffer_kinds() -> dict[str, BufferKind]:
         if kind.any_spec:
             name = kind.name.removesuffix("_uniform")
             state_format = tfbuffers.state.PRIORITIZED if kind.prioritized else tfbuffers.state.SEGMENTED
-            found[name] = BufferKind(name, _from_registry(kind), not kind.prioritized, state_format)
+            found[name] = BufferKind(name, _from_registry(kind), not kind.prioritized, state_format, kind.buffer_class)
     py = tfbuffers.kinds.KINDS["py_uniform"]
     found["py_frames"] = BufferKind("py_frames", _from_registry(py, frame_stacks=_frame_stacked))
+    found["py_dict"] = BufferKind(
+        "py_dict", _from_registry(py, storage=lambda spec: DictStorage), load_options={"storage": DictStorage}
+    )
     return found
+
+
+class DictStorage(tfbuffers.storage.Storage):
+    """A storage written here, with only what `Storage` requires: each field's rows in a dict by path.
+
+    It joins every multi-buffer test through its entry in `_buffer_kinds`, with no buffer class written for it.
+    """
+
+    def __init__(self, fields: Any, num_rows: int) -> None:
+        super().__init__(fields, num_rows)
+        self.rows = {
+            field.path: np.zeros([num_rows, *field.spec.shape.as_list()], field.spec.dtype.as_numpy_dtype)
+            for field in fields
+        }
+
+    def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
+        self.rows[self.fields[index].path][first_row : first_row + len(rows)] = rows
+
+    def read(self, rows: np.ndarray, fields: Any = None) -> list[np.ndarray]:
+        chosen = range(len(self.fields)) if fields is None else fields
+        return [self.rows[self.fields[index].path][rows] for index in chosen]
+
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in self.rows.values())
 
 
 # Every local kind in tfbuffers.kinds joins every contract, cross-check, fuzz, files and concurrency test here.

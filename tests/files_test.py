@@ -207,13 +207,7 @@ def test_without_safetensors_files_save_and_load_and_a_version_1_file_names_the_
 
 # Format version 2 (issue 15): files alone rebuild buffers, hold only the stored frames, and are verified.
 
-CLASSES = {
-    "tf": tfbuffers.TFUniformReplayBuffer,
-    "py": tfbuffers.PyUniformReplayBuffer,
-    "py_frames": tfbuffers.PyUniformReplayBuffer,  # with the file's frame_stacks when saved from one
-    "tf_prioritized": tfbuffers.TFPrioritizedReplayBuffer,
-    "py_prioritized": tfbuffers.PyPrioritizedReplayBuffer,
-}
+CLASSES = {name: kind.buffer_class for name, kind in conftest.BUFFER_KINDS.items()}
 FRAME_BYTES = 8 + 3 * 4 + 4 * 4 + 4  # stress.SPEC: code, observation, pixels, action
 
 
@@ -240,7 +234,7 @@ def test_a_file_alone_rebuilds_the_buffer_exactly(tmp_path, source, target):
     if prioritized(source):
         saved.update_priorities(np.array([4, 5, 9]), np.array([0.5, 3.0, 0.0]))
     path = saved.save(tmp_path / "b.safetensors", {"run": 7})
-    loaded = CLASSES[target].load(path)
+    loaded = conftest.BUFFER_KINDS[target].load(path)
     assert type(loaded) is CLASSES[target] and (loaded.batch_size, loaded.max_length) == (2, 3)
     assert loaded.data_spec == saved.data_spec
     assert_same_state(loaded.state(), saved.state())  # rows, counter and priorities, bit for bit
@@ -272,7 +266,7 @@ def test_a_file_loads_into_another_max_length(tmp_path, source, target):
         saved.update_priorities(np.array([10, 11, 4]), np.array([2.5, 0.0, 7.0]))
     path = saved.save(tmp_path / "b.safetensors")
     # Shorter: the newest frames that fit; the counter is kept (ids continue).
-    shorter = CLASSES[target].load(path, max_length=3)
+    shorter = conftest.BUFFER_KINDS[target].load(path, max_length=3)
     into = make(target, batch_size=2, max_length=3)
     files.load(path, into)
     for buffer in (shorter, into):
@@ -284,7 +278,7 @@ def test_a_file_loads_into_another_max_length(tmp_path, source, target):
             assert float(buffer.state().extras["max_priority"]) == 7.0  # still the priority new frames get
         assert np.asarray(buffer.add_batch(stress.frames(np.array([60, 61])))).tolist() == [12, 13]
     # Longer: everything; the counter is the adds loaded (ids restart), and the buffer fills on.
-    longer = CLASSES[target].load(path, max_length=10)
+    longer = conftest.BUFFER_KINDS[target].load(path, max_length=10)
     np.testing.assert_array_equal(stress.check_whole(longer.gather_all()), [[20, 30, 40, 50], [21, 31, 41, 51]])
     assert np.asarray(longer.add_batch(stress.frames(np.array([60, 61])))).tolist() == [8, 9]
     assert int(longer.num_frames()) == 10
@@ -297,13 +291,13 @@ def test_priorities_are_never_dropped_and_a_uniform_file_seeds_a_prioritized_buf
     path = saved.save(tmp_path / "b.safetensors")
     if prioritized(source):
         with pytest.raises(ValueError) as raised:
-            CLASSES[target].load(path)
+            conftest.BUFFER_KINDS[target].load(path)
         assert str(raised.value) == (
             f"{path}: format: holds tfbuffers.prioritized/1 (priorities), this {CLASSES[target].__name__} stores "
             "tfbuffers.segmented/1: loading would drop the priorities; load it into a prioritized buffer"
         )
         return
-    loaded = CLASSES[target].load(path)  # the frames get priority 1.0, as added frames do
+    loaded = conftest.BUFFER_KINDS[target].load(path)  # the frames get priority 1.0, as added frames do
     extras = loaded.state().extras
     np.testing.assert_array_equal(extras["priority"], [1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
     assert float(extras["max_priority"]) == 1.0

@@ -523,6 +523,8 @@ def load_buffer(
     data_spec = specs.spec_from_json(json.loads(header.meta["spec"]))
     accepted = inspect.signature(buffer_class).parameters
     options = {key: value for key, value in json.loads(header.meta.get("options", "{}")).items() if key in accepted}
+    if "storage" in overrides:  # a storage given replaces the one the file names (its frame stacks)
+        options.pop("frame_stacks", None)
     arguments = {**options, "batch_size": header.batch_size, "max_length": header.max_length, **overrides}
     buffer = buffer_class(data_spec, **arguments)
     try:

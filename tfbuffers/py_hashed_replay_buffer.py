@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from tfbuffers._numpy_table import FrameStackTable
 from tfbuffers.n_step import TRAJECTORY_FIELDS
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+from tfbuffers.storage import FrameStackTable
 
 NOT_A_TRAJECTORY_SPEC = (
     "data_spec: expected the spec of a tf_agents Trajectory (its observation's frames, along the last axis, are "

@@ -56,6 +56,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
         frame_stacks: Any = None,
+        storage: Any = None,
     ) -> None:
         """Creates the buffer.
 
@@ -72,6 +73,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
           stateful_dataset: As in `PyUniformReplayBuffer`.
           episode_boundaries: As in `PyUniformReplayBuffer`.
           frame_stacks: As in `PyUniformReplayBuffer`.
+          storage: As in `PyUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
@@ -89,6 +91,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             stateful_dataset=stateful_dataset,
             episode_boundaries=episode_boundaries,
             frame_stacks=frame_stacks,
+            storage=storage,
         )
         self._priority_exponent = priority_exponent
         self._priorities = np.zeros(self.capacity, np.float64)

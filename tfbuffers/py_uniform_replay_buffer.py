@@ -12,12 +12,14 @@ import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sampling, host, specs
 from tfbuffers import state as state_lib
-from tfbuffers._numpy_table import FrameStackTable, NumpyTable
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, optional_positive_int, positive_int
+from tfbuffers.storage import FrameStackTable, NumpyTable, Storage, StorageFactory
 
 _OPS = _ring.NUMPY
 
+NOT_A_STORAGE = "storage: expected a callable (fields, num_rows) -> tfbuffers.storage.Storage, got {received}"
+STORAGE_AND_STACKS = "storage: expected None with frame_stacks (frame stacks are a storage of their own), got both"
 NO_SIZE = "capacity or max_length: expected at least one, got neither"
 CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
 CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
@@ -85,6 +87,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
         frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
+        storage: StorageFactory | None = None,
     ) -> None:
         """Creates the buffer and allocates its arrays.
 
@@ -105,6 +108,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             the plain buffer on the same adds; a stacked observation then takes about
             one frame of memory instead of `depth` (plus 8 bytes per frame of each row).
             Frames are matched by their bytes, never by hash alone.
+          storage: Where the rows live: `(fields, num_rows) -> tfbuffers.storage.Storage`
+            (a `Storage` subclass, for example); numpy arrays in RAM by default. Not with
+            `frame_stacks`, which is a storage of its own. Files do not record it: pass it
+            again to `load` (where it replaces the frame stacks a file records).
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -135,9 +142,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._lock = threading.Lock()
         self._frame_stacks = frame_stacks
         stacks = _frame_stack_axes(self._fields, frame_stacks)
-        self._table = (
-            FrameStackTable(self._fields, self.capacity, stacks) if stacks else NumpyTable(self._fields, self.capacity)
-        )
+        if stacks and storage is not None:
+            raise ValueError(STORAGE_AND_STACKS)
+        self._table = _make_storage(storage, self._fields, self.capacity, stacks)
         self._rng = np.random.default_rng(seed)
         self._backend = _sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
@@ -259,6 +266,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _step_types(self) -> np.ndarray:
         return self._table.column(self._step_field)  # the sampler reads it under the lock
+
+    @property
+    def storage(self) -> Storage:
+        """Where the rows live (`storage=`, `frame_stacks=` or numpy arrays); the buffer's lock guards each use."""
+        return self._table
 
     def _row_source(self) -> state_lib.Rows:
         # Each read copies a chunk of rows under the lock. The rows read are the snapshot's while no add
@@ -399,6 +411,21 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
         chosen = self._fields if fields is None else [self._fields[i] for i in fields]
         return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
+
+
+def _make_storage(
+    storage: StorageFactory | None, fields: Sequence[specs.Field], num_rows: int, stacks: dict[int, int]
+) -> Storage:
+    if stacks:
+        return FrameStackTable(fields, num_rows, stacks)
+    if storage is None:
+        return NumpyTable(fields, num_rows)
+    if not callable(storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
+    made = storage(fields, num_rows)
+    if not isinstance(made, Storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
+    return made
 
 
 def _frame_stack_axes(fields: Sequence[specs.Field], option: Any) -> dict[int, int]:

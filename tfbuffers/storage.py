@@ -1,8 +1,40 @@
-"""Row storage in numpy arrays, with the add counter; stacked frames optionally stored once each."""
+"""Where a host buffer's frames live: the storage interface, and the storages tfbuffers has.
+
+A buffer of `batch_size` segments of `max_length` frames stores them in `num_rows = batch_size *
+max_length` rows per field of its data spec, time-major: add number `t` writes one row per segment,
+rows `(t % max_length) * batch_size + segment`, each field's into that field's rows.
+
+    row:        0     1     2     3     4     5        (batch_size 2, max_length 3)
+    add t=0:   s0    s1                                 rows 0-1
+    add t=1:               s0    s1                     rows 2-3
+    add t=2:                           s0    s1         rows 4-5
+    add t=3:   s0    s1                                 rows 0-1 again: the oldest frames go
+
+A storage keeps those rows and `added`, the number of adds since the last clear (which fixes which
+rows hold which frames: `tfbuffers._ring`). The buffer holds its lock around every call, picks the
+rows (ring arithmetic, sampling, episode records and priorities are the buffer's), and keeps what
+it stores beside the rows (priorities, the record of episode ends) in its state, so states,
+checkpoints and files carry them whatever the storage.
+
+The py buffers (`PyUniformReplayBuffer`, `PyPrioritizedReplayBuffer`) take any storage:
+`storage=` a callable `(fields, num_rows) -> Storage`. tfbuffers has numpy arrays in RAM
+(`NumpyTable`, the default) and the frame-stack pool (`FrameStackTable`, made by `frame_stacks=`).
+A new one (files on disk, another process) implements the abstract methods below; the contract,
+files, state and fuzz tests run on it through one entry in the test registry.
+
+>>> import numpy as np, tensorflow as tf
+>>> from tfbuffers import PyUniformReplayBuffer
+>>> buffer = PyUniformReplayBuffer({"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=3,
+...                                storage=NumpyTable)
+>>> _ = buffer.add_batch({"x": np.array([7, 8])})
+>>> buffer.gather_all()["x"].tolist()
+[[7], [8]]
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import abc
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -10,25 +42,70 @@ from tfbuffers.frames import FrameBuffer
 from tfbuffers.specs import Field
 
 
-class NumpyTable:
-    """`num_rows` rows of every field in `[num_rows, *shape]` arrays, plus an add counter.
+class Storage(abc.ABC):
+    """`num_rows` rows of every field of a data spec, and the add counter `added` (see the module).
 
-    The owning buffer holds its lock around every use.
+    Fields are numbered in `tf.nest.flatten` order of the data spec (`fields[i]`); a row of field `i`
+    is an array of `fields[i].spec`'s shape and dtype. Rows never written read as zeros.
     """
 
     def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
-        """Allocates zero-filled arrays (pages are only touched when written)."""
+        self.fields = tuple(fields)
         self.num_rows = num_rows
-        self.arrays = [self._allocate(index, field) for index, field in enumerate(fields)]
         self.added = 0
+
+    @abc.abstractmethod
+    def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
+        """Writes `rows` (`[n, *shape]`) of field `index` at rows `[first_row, first_row + n)`."""
+
+    @abc.abstractmethod
+    def read(self, rows: np.ndarray, fields: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Gathers `rows` (an int64 array of any shape) of every field (or those numbered in `fields`)."""
+
+    @abc.abstractmethod
+    def nbytes(self) -> int:
+        """Bytes of storage the rows take."""
+
+    def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
+        """Writes one add: each field's `[batch_size, *shape]` rows contiguously from `first_row`."""
+        for index, leaf in enumerate(leaves):
+            self.write_rows(index, first_row, leaf)
+
+    def read_rows(self, index: int, first_row: int, stop_row: int) -> np.ndarray:
+        """A copy of rows `[first_row, stop_row)` of field `index`."""
+        return self.read(np.arange(first_row, stop_row, dtype=np.int64), [index])[0]
+
+    def column(self, index: int) -> np.ndarray:
+        """All rows of field `index` (a scalar field: the step types), read as they are now."""
+        return self.read_rows(index, 0, self.num_rows)
+
+    def copies(self) -> list[np.ndarray]:
+        """Every field's `[num_rows, *shape]` rows, copied."""
+        return [self.read_rows(index, 0, self.num_rows) for index in range(len(self.fields))]
+
+    def replace(self, arrays: Sequence[np.ndarray]) -> None:
+        """Replaces every field's rows by `arrays` (shapes and dtypes already checked)."""
+        for index, array in enumerate(arrays):
+            self.write_rows(index, 0, array)
+
+    def close(self) -> None:  # noqa: B027 (most storages hold nothing to release beyond their arrays)
+        """Releases the rows (files, memory); no call follows."""
+
+
+StorageFactory = Callable[[Sequence[Field], int], Storage]
+"""What `storage=` takes: `(fields, num_rows) -> Storage`, a `Storage` subclass itself for example."""
+
+
+class NumpyTable(Storage):
+    """The default storage: each field's rows in a `[num_rows, *shape]` numpy array in RAM."""
+
+    def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
+        """Allocates zero-filled arrays (pages are only touched when written)."""
+        super().__init__(fields, num_rows)
+        self.arrays = [self._allocate(index, field) for index, field in enumerate(fields)]
 
     def _allocate(self, index: int, field: Field) -> np.ndarray:
         return np.zeros((self.num_rows, *field.spec.shape.as_list()), field.spec.dtype.as_numpy_dtype)
-
-    def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
-        """Writes each leaf's rows contiguously from `first_row`: one copy per field."""
-        for index, leaf in enumerate(leaves):
-            self.write_rows(index, first_row, leaf)
 
     def read(self, rows: np.ndarray, fields: Sequence[int] | None = None) -> list[np.ndarray]:
         """Gathers `rows` (any shape) from every field (or those numbered in `fields`): one gather per field."""
@@ -49,15 +126,6 @@ class NumpyTable:
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
         """Writes `rows` of field `index` from `first_row`."""
         self.arrays[index][first_row : first_row + len(rows)] = rows
-
-    def copies(self) -> list[np.ndarray]:
-        """Every field's `[num_rows, *shape]` array, copied."""
-        return [self.read_rows(index, 0, self.num_rows) for index in range(len(self.arrays))]
-
-    def replace(self, arrays: Sequence[np.ndarray]) -> None:
-        """Replaces every field's rows by `arrays` (checked shapes and dtypes)."""
-        for index, array in enumerate(arrays):
-            self.write_rows(index, 0, array)
 
     def close(self) -> None:
         """Drops the storage."""
@@ -113,15 +181,18 @@ class FrameStackTable(NumpyTable):
         return stacks
 
     def column(self, index: int) -> np.ndarray:
+        """The rows of a field that is not frame stacks, in place (the step types never are)."""
         assert index not in self.stacks, "the step types are never frame stacks"
         return super().column(index)
 
     def read_rows(self, index: int, first_row: int, stop_row: int) -> np.ndarray:
+        """A copy of rows `[first_row, stop_row)` of field `index`, stacks rebuilt from their frames."""
         if index not in self.stacks:
             return super().read_rows(index, first_row, stop_row)
         return self._gather(index, np.arange(first_row, stop_row))
 
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
+        """Writes `rows` of field `index`; a stack's frames are stored once each, and the old rows' released."""
         if index not in self.stacks:
             super().write_rows(index, first_row, rows)
             return
@@ -147,11 +218,13 @@ class FrameStackTable(NumpyTable):
         pool.release(old)  # after the adds: frames the old and new rows share are never freed in between
 
     def close(self) -> None:
+        """Drops the arrays and the pools."""
         super().close()
         self.pools.clear()
         self.handles.clear()
 
     def nbytes(self) -> int:
+        """The arrays', the pools' and the handles' bytes."""
         return (
             super().nbytes()
             + sum(pool.nbytes for pool in self.pools.values())

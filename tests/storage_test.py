@@ -1,0 +1,57 @@
+"""The storage interface: a storage written in a test joins the buffers, and a wrong one is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import BUFFER_KINDS, SPEC, DictStorage, batch, make
+
+import tfbuffers
+from tfbuffers.storage import FrameStackTable, NumpyTable, Storage
+
+
+def test_the_test_storage_holds_the_rows_of_its_buffer_and_of_one_loaded_from_its_file(tmp_path):
+    buffer = make("py_dict", batch_size=2, max_length=3)
+    assert type(buffer.storage) is DictStorage
+    for t in range(4):
+        buffer.add_batch(batch(2, t))
+    assert buffer.storage.added == 4
+    # add t writes segment s's code 1000 * s + t at row (t % 3) * 2 + s: add 3 overwrote add 0's rows
+    np.testing.assert_array_equal(buffer.storage.rows["step"], [3, 1003, 1, 1001, 2, 1002])
+    loaded = BUFFER_KINDS["py_dict"].load(buffer.save(tmp_path / "b.safetensors"))
+    assert type(loaded.storage) is DictStorage
+    np.testing.assert_array_equal(loaded.storage.rows["step"], buffer.storage.rows["step"])
+
+
+def test_the_default_storages():
+    assert type(make("py").storage) is NumpyTable
+    assert type(make("py_frames").storage) is FrameStackTable
+    assert type(make("py_prioritized", storage=DictStorage).storage) is DictStorage
+
+
+def test_a_storage_must_implement_what_storage_requires():
+    class Partial(Storage):
+        def write_rows(self, index, first_row, rows):
+            pass
+
+    with pytest.raises(TypeError, match="abstract method"):
+        Partial(tfbuffers.specs.flatten_spec(SPEC), 4)
+
+
+@pytest.mark.parametrize(
+    ("storage", "error", "message"),
+    [
+        ("numpy", TypeError, r"storage: expected a callable \(fields, num_rows\) -> .*Storage, got str 'numpy'"),
+        (lambda fields, rows: {}, TypeError, "storage: expected a callable .*, got a factory that made dict"),
+    ],
+)
+def test_a_wrong_storage_is_refused_naming_it(storage, error, message):
+    with pytest.raises(error, match=message):
+        tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=3, storage=storage)
+
+
+def test_a_storage_with_frame_stacks_is_refused():
+    spec = {"pixels": tf.TensorSpec([2, 2, 4], tf.uint8)}
+    with pytest.raises(ValueError, match="storage: expected None with frame_stacks"):
+        tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=3, frame_stacks="pixels", storage=DictStorage)
