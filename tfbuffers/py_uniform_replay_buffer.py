@@ -396,14 +396,14 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     ) -> tf.data.Dataset:
         dataset = super()._as_dataset(sample_batch_size, num_steps, num_parallel_calls)
         dataset._tfbuffers_source = self  # the dataset keeps the buffer alive, as it would in TF-Agents
-        return dataset
+        return dataset.with_options(_NO_INJECTED_PREFETCH)
 
     def _single_deterministic_pass_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
         dataset = super()._single_deterministic_pass_dataset(sample_batch_size, num_steps, num_parallel_calls)
         dataset._tfbuffers_source = self
-        return dataset
+        return dataset.with_options(_NO_INJECTED_PREFETCH)
 
     def _leaf_types(
         self, outer: tf.TensorShape, fields: Sequence[int] | None = None
@@ -411,6 +411,15 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
         chosen = self._fields if fields is None else [self._fields[i] for i in fields]
         return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
+
+
+# Elements are made when `next` asks, by the caller's thread (a `prefetch` or `num_parallel_calls` the user asks
+# for reads ahead). tf.data's automatic prefetch would make them in a thread of its own: besides reading ahead, an
+# iterator dropped while that thread waits for the GIL to run the host call (at the latest when the interpreter
+# exits, holding the GIL while it frees the iterator, which waits for the thread) never finishes: the program
+# hangs at exit. TF-Agents' py buffer does (tests/hygiene_test.py).
+_NO_INJECTED_PREFETCH = tf.data.Options()
+_NO_INJECTED_PREFETCH.experimental_optimization.inject_prefetch = False
 
 
 def _make_storage(
