@@ -17,10 +17,13 @@ FILE = "buffer.safetensors"
 
 
 def make_buffer(kind: str, spec: Any, batch_size: int, max_length: int, seed: int | None = None) -> Any:
-    """One of `BUFFERS`, by name. `seed`: the py buffers' sampler (the TF buffers follow `tf.random.set_seed`)."""
+    """One of `BUFFERS`, by name.
+
+    `seed`: the py buffers' sampler (the TF buffers follow `tf.random.set_seed`, which the scripts call).
+    """
     if kind not in BUFFERS:
         raise ValueError(f"buffer: expected one of {list(BUFFERS)}, got {kind!r}")
-    return kinds.make(kind, spec, batch_size, max_length, seed)
+    return kinds.make(kind, spec, batch_size, max_length, seed if kinds.get(kind).host else None)
 
 
 def save_starter_buffer(buffer: Any, directory: pathlib.Path, metadata: dict[str, Any]) -> pathlib.Path:

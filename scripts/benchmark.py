@@ -346,11 +346,21 @@ def _consume_in_graph(dataset: tf.data.Dataset, num_batches: int) -> float:
     calls `next` once per train step; the loop keeps one value of each element, so nothing is pruned.
     """
     iterator = iter(dataset)
-    _consume(iterator, tf.constant(20))  # warm-up: tracing, the prefetch buffer, AUTOTUNE's first choices
-    return _time(lambda: _consume(iterator, tf.constant(num_batches)))
+    consume = traced_once(_consume)
+    consume(iterator, tf.constant(20))  # warm-up: tracing, the prefetch buffer, AUTOTUNE's first choices
+    return _time(lambda: consume(iterator, tf.constant(num_batches)))
 
 
-@tf.function
+def traced_once(fn: Callable[..., Any]) -> Any:
+    """`tf.function(fn)` for one system and workload, which traces it once.
+
+    TensorFlow counts traces by the Python code a `tf.function` wraps and warns of frequent retracing when
+    many are traced; each system's own function is expected to trace once. A `functools.partial` is counted
+    as itself.
+    """
+    return tf.function(functools.partial(fn))
+
+
 def _consume(iterator: Any, count: tf.Tensor) -> tf.Tensor:
     total = tf.constant(0.0)
     for _ in tf.range(count):
@@ -358,9 +368,6 @@ def _consume(iterator: Any, count: tf.Tensor) -> tf.Tensor:
         first = tf.nest.flatten(items)[0]
         total += tf.cast(tf.reshape(first, [-1])[0], tf.float32)
     return total
-
-
-_consume._omit_frequent_tracing_warning = True  # one trace per system and workload (their elements differ)
 
 
 def graph_ops(fn: Callable[[], Any]) -> int:
@@ -414,9 +421,7 @@ class _TFBuffer(System):
         self.buffer = buffer
         # One batch, held as constants: the loop then times the add alone, not making data.
         self._graph_batch = tf.nest.map_structure(tf.constant, numpy_batches(workload, 1, seed=1)[0])
-        self._loop = tf.function(self._loop_fn)
-        # Each system and workload traces its own loop once: expected, not the retracing TensorFlow warns of.
-        self._loop._omit_frequent_tracing_warning = True
+        self._loop = traced_once(self._loop_fn)
 
     def _loop_fn(self, num_adds: tf.Tensor) -> None:
         for _ in tf.range(num_adds):
@@ -433,16 +438,16 @@ class _TFBuffer(System):
         self._loop(tf.constant(2))
         return _time(lambda: self._loop(tf.constant(num_adds)))
 
-    def _dataset(self) -> tf.data.Dataset:
+    def dataset(self) -> tf.data.Dataset:
         w = self.workload
         dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def sample_dataset(self, num_batches: int) -> float:
-        return _iterate(self._dataset(), num_batches)
+        return _iterate(self.dataset(), num_batches)
 
     def sample_dataset_graph(self, num_batches: int) -> float:
-        return _consume_in_graph(self._dataset(), num_batches)
+        return _consume_in_graph(self.dataset(), num_batches)
 
     def get_next(self, num_batches: int) -> float:
         w = self.workload
@@ -571,7 +576,7 @@ class TFBuffersPy(System):
 
     # The same API as the TF buffer, measured the same way.
     add = _TFBuffer.add
-    _dataset = _TFBuffer._dataset
+    dataset = _TFBuffer.dataset
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
     deterministic_pass = _TFBuffer.deterministic_pass
@@ -579,7 +584,7 @@ class TFBuffersPy(System):
     file_memory = TFBuffersTF.file_memory
 
     def stored_bytes(self) -> int:
-        return self.buffer._table.nbytes()
+        return self.buffer.nbytes  # rows, counter and (episode-aware) the record of episode ends
 
 
 def _priority_batches(workload: Workload) -> list[np.ndarray]:
@@ -632,7 +637,7 @@ class TFBuffersPyPrioritized(TFBuffersPy):
         return _sample_update(self.buffer, self.workload, num_batches)
 
     def stored_bytes(self) -> int:
-        return super().stored_bytes() + self.buffer._priorities.nbytes + self.buffer._tree.nbytes
+        return self.buffer.nbytes  # rows, counter, priorities and their tree
 
     deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
     save_load = System.save_load  # type: ignore[assignment]
@@ -762,7 +767,7 @@ class TFBuffersPyFrameStacks(TFBuffersPy):
     variant = True
 
     def stored_bytes(self) -> int:
-        return self.buffer._table.nbytes()
+        return self.buffer.nbytes  # rows, counter and (episode-aware) the record of episode ends
 
 
 class TFAgentsPy(System):
@@ -792,8 +797,10 @@ class TFAgentsPy(System):
     save_load = _TFBuffer.save_load
 
     def stored_bytes(self) -> int:
-        storage = self.buffer._storage
-        return sum(storage._array(i).nbytes for i in range(len(tf.nest.flatten(self.workload.spec))))
+        # Its storage is one `[capacity, *shape]` array per field of the spec (tf_agents NumpyStorage); it shows
+        # no size of its own.
+        fields = tf.nest.flatten(self.workload.spec)
+        return self.workload.frames * sum(spec.shape.num_elements() * spec.dtype.size for spec in fields)
 
 
 def _mid_episode(batches: list[Any]) -> list[Any]:
@@ -839,7 +846,7 @@ class TFBuffersReverb(System):
         return _mid_episode(batches)
 
     add = _TFBuffer.add
-    _dataset = _TFBuffer._dataset
+    dataset = _TFBuffer.dataset
     sample_dataset = _TFBuffer.sample_dataset
     get_next = _TFBuffer.get_next
 
@@ -1017,8 +1024,8 @@ class _BareRing(tf.Module):
             for s in tf.nest.flatten(workload.spec)
         ]
         self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False)
-        self._compiled_add = tf.function(self._add)
-        self._compiled_sample = tf.function(self._sample)
+        self._compiled_add = tf.function(self.add_uncompiled)
+        self._compiled_sample = tf.function(self.sample_uncompiled)
 
     def variables(self) -> list[tf.Variable]:
         """The storage, as the TF buffers' method of that name (which `_TFBuffer` reads) gives it."""
@@ -1027,14 +1034,14 @@ class _BareRing(tf.Module):
     def add_batch(self, batch: Any) -> None:
         self._compiled_add(batch)
 
-    def _add(self, batch: Any) -> None:
+    def add_uncompiled(self, batch: Any) -> None:
         w = self.workload
         rows = (self.added % w.max_length) * w.num_envs + tf.range(w.num_envs, dtype=tf.int64)
         writes = [v.scatter_update(tf.IndexedSlices(x, rows)) for v, x in zip(self.fields, tf.nest.flatten(batch))]
         with tf.control_dependencies(writes):
             self.added.assign_add(1, read_value=False)
 
-    def _sample(self, _: Any = None) -> Any:
+    def sample_uncompiled(self, _: Any = None) -> Any:
         w = self.workload
         starts = tf.random.uniform([w.sample_batch_size], 0, w.frames - w.num_steps * w.num_envs, dtype=tf.int64)
         rows = starts[:, None] + tf.range(0, w.num_steps * w.num_envs, w.num_envs, dtype=tf.int64)
@@ -1045,7 +1052,7 @@ class _BareRing(tf.Module):
         return self._compiled_sample()
 
     def as_dataset(self, sample_batch_size: int, num_steps: int, num_parallel_calls: Any) -> tf.data.Dataset:
-        return tf.data.Dataset.counter().map(self._sample, num_parallel_calls=num_parallel_calls)
+        return tf.data.Dataset.counter().map(self.sample_uncompiled, num_parallel_calls=num_parallel_calls)
 
 
 class BareVariables(_TFBuffer):
@@ -1063,10 +1070,10 @@ class BareVariables(_TFBuffer):
         super().__init__(workload, _BareRing(workload))
 
     def _sample_call(self) -> Any:
-        return self.buffer._sample()  # not the compiled one, traced earlier without the debugger
+        return self.buffer.sample_uncompiled()  # not the compiled one, traced earlier without the debugger
 
     def _add_call(self) -> None:
-        self.buffer._add(self._graph_batch)
+        self.buffer.add_uncompiled(self._graph_batch)
 
     # Neither: it has no deterministic pass and nothing to save.
     deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
@@ -1086,7 +1093,7 @@ class TFDataCeiling(System):
     def fill(self, batches: list[Any], bar: Any) -> None:
         bar.update(self.workload.frames)
 
-    def _dataset(self) -> tf.data.Dataset:
+    def dataset(self) -> tf.data.Dataset:
         w = self.workload
         outer = [w.sample_batch_size, w.num_steps]
 
@@ -1099,10 +1106,10 @@ class TFDataCeiling(System):
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def sample_dataset(self, num_batches: int) -> float:
-        return _iterate(self._dataset(), num_batches)
+        return _iterate(self.dataset(), num_batches)
 
     def sample_dataset_graph(self, num_batches: int) -> float:
-        return _consume_in_graph(self._dataset(), num_batches)
+        return _consume_in_graph(self.dataset(), num_batches)
 
 
 SYSTEMS: list[type[System]] = [

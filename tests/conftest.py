@@ -153,7 +153,9 @@ def _from_registry(kind: tfbuffers.kinds.Kind, **preset: Callable[[Any], Any]) -
     """Makes buffers of the registry's `kind`: host kinds seeded (0 unless given), `preset` options from the spec."""
 
     def make(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-        seed = options.pop("seed", 0)  # the TF kinds draw from TensorFlow's global generator: no seed
+        seed = options.pop("seed", 0)
+        if not kind.host:
+            seed = None  # the TF kinds draw from TensorFlow's global generator (the fixtures seed it)
         for option, value in preset.items():
             options.setdefault(option, value(spec))
         return tfbuffers.kinds.make(kind.name, spec, batch_size, max_length, seed, **options)

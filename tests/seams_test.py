@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import pathlib
 
 import numpy as np
@@ -16,11 +17,17 @@ PACKAGE = pathlib.Path(tfbuffers.__file__).parent
 NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make"}  # public, underscored so as not to clash with fields
 
 
+SCRIPTS = PACKAGE.parent / "scripts"
+
+
 def foreign_reads(source: str) -> list[str]:
-    """The reads of another object's underscore attributes in `source` (not `self`'s, `cls`'s or `super()`'s)."""
+    """The reads and writes of another object's underscore attributes in `source`.
+
+    Not `self`'s, `cls`'s or `super()`'s.
+    """
     found = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+        if not isinstance(node, ast.Attribute) or isinstance(node.ctx, ast.Del):
             continue
         if not node.attr.startswith("_") or node.attr.startswith("__") or node.attr in NAMEDTUPLE_API:
             continue
@@ -38,15 +45,41 @@ def test_foreign_underscore_reads_are_found_and_own_ones_are_not():
         "class A:\n"
         "    def f(self, other):\n"
         "        self._own = other._theirs + self._own + super()._inherited + cls._x\n"
+        "        other._written = True\n"
         "        return other.point._replace(x=1), other._more.public, other.__len__()\n"
     )
-    assert sorted(foreign_reads(source)) == ["other._more", "other._theirs"]
+    assert sorted(foreign_reads(source)) == ["other._more", "other._theirs", "other._written"]
 
 
-def test_no_module_reads_another_objects_underscore_attributes():
+def test_no_module_reads_or_writes_another_objects_underscore_attributes():
     modules = sorted(PACKAGE.glob("*.py"))
     found = [f"{path.name}: {read}" for path in modules for read in foreign_reads(path.read_text())]
     assert found == []
+
+
+def test_no_script_reads_or_writes_an_underscore_attribute_of_the_package_or_tensorflow():
+    scripts = sorted(SCRIPTS.glob("*.py"))
+    assert len(scripts) >= 8
+    found = [f"{path.name}: {read}" for path in scripts for read in foreign_reads(path.read_text())]
+    assert found == []
+
+
+def test_a_tf_kind_refuses_a_seed_rather_than_ignoring_it():
+    with pytest.raises(ValueError, match=r"seed: expected None for tf_uniform \(the TF kinds draw from TensorFlow's "):
+        kinds.make("tf_uniform", {"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4, seed=3)
+
+
+@pytest.mark.parametrize("name", sorted(kinds.KINDS))
+def test_constructor_options_are_the_public_properties_of_the_same_names(name):
+    kind = kinds.get(name)
+    signature = inspect.signature(kind.buffer_class.__init__).parameters
+    recorded = [
+        option
+        for option in signature
+        if option not in ("self", "data_spec", "capacity", "batch_size", "max_length", "seed", "storage")
+    ]
+    for option in recorded:
+        assert isinstance(getattr(kind.buffer_class, option), property), option
 
 
 def test_every_class_the_package_exports_is_in_the_registry_once():
@@ -65,7 +98,8 @@ def test_every_class_the_package_exports_is_in_the_registry_once():
 @pytest.mark.parametrize("name", sorted(name for name, kind in kinds.KINDS.items() if kind.any_spec))
 def test_a_kind_is_what_the_registry_says(name):
     kind = kinds.get(name)
-    buffer = kinds.make(name, {"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4, seed=0)
+    seed = 0 if kind.host else None
+    buffer = kinds.make(name, {"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4, seed=seed)
     assert type(buffer).__name__ == kind.class_name
     assert buffer.prioritized is kind.prioritized is hasattr(buffer, "update_priorities")
     buffer.add_batch({"x": np.array([1, 2], np.int64)})

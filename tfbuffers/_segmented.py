@@ -25,6 +25,7 @@ from tfbuffers.replay_buffer import (
     BufferInfo,
     ReplayBuffer,
     _not_converted,
+    keep_alive,
     optional_positive_int,
     positive_int,
 )
@@ -40,6 +41,9 @@ NOT_AN_INTEGER_INDEX = "indices: expected integers, got dtype {received}"
 CONFIG_UNKNOWN = "config: unexpected key(s) {unexpected}; {buffer} takes {expected}"
 CONFIG_SIZE = "config: expected capacity (a multiple of batch_size={batch_size}) or max_length, got {received}"
 _FROM_FILE_OR_CONFIG = ("data_spec", "capacity", "batch_size", "max_length")
+# Not kept: a loaded buffer's sampler is seeded anew, and a storage (a factory of live objects) is passed again.
+# Every other constructor argument is a property of the same name.
+_NOT_RECORDED = ("seed", "storage")
 STEP_TYPE_PATH = "step_type"
 EPISODE_OPTION = (
     "episode_boundaries: expected False, True (the data spec's `step_type` field, as in a TF-Agents Trajectory) "
@@ -48,6 +52,18 @@ EPISODE_OPTION = (
 EPISODE_FIELD = "episode_boundaries: field {path}: expected an integer scalar spec (step types), got {received}"
 
 Buffer = TypeVar("Buffer", bound="SegmentedReplayBuffer")
+
+# The options of a dataset whose elements are read when `next` asks, by the caller's thread (a `prefetch` or
+# `num_parallel_calls` the user asks for reads ahead, as the user chose):
+# - tf.data would otherwise run a last, stateless map in parallel and prefetch after it (the TF buffer's
+#   sampled datasets end with one): elements read before `next` asks, holding frames older than the buffer's;
+# - its automatic prefetch would make a host buffer's elements in a thread of its own: an iterator dropped
+#   while that thread waits for the GIL to run the host call (at the latest when the interpreter exits,
+#   holding the GIL while it frees the iterator, which waits for the thread) never finishes, and the program
+#   hangs at exit. TF-Agents' py buffer does (tests/hygiene_test.py).
+READ_WHEN_ASKED = tf.data.Options()
+READ_WHEN_ASKED.experimental_optimization.map_parallelization = False
+READ_WHEN_ASKED.experimental_optimization.inject_prefetch = False
 
 
 class SegmentedReplayBuffer(ReplayBuffer):
@@ -91,6 +107,16 @@ class SegmentedReplayBuffer(ReplayBuffer):
             sampler.step_types = self._step_types
             sampler.near = self._episode_ends
         self._sampler = sampler
+
+    @property
+    def dataset_drop_remainder(self) -> bool:
+        """The constructor's `dataset_drop_remainder`: the deterministic pass leaves out partial batches and windows."""
+        return self._dataset_drop_remainder
+
+    @property
+    def dataset_window_shift(self) -> int | None:
+        """The constructor's `dataset_window_shift`: frames between the deterministic pass's window starts."""
+        return self._dataset_window_shift
 
     @property
     def episode_boundaries(self) -> bool | str:
@@ -315,8 +341,8 @@ class SegmentedReplayBuffer(ReplayBuffer):
          'episode_boundaries': False, 'frame_stacks': None}
         """
         parameters = inspect.signature(type(self).__init__).parameters
-        names = [name for name in parameters if name not in ("self", *_FROM_FILE_OR_CONFIG)]
-        return {name: getattr(self, "_" + name) for name in names if hasattr(self, "_" + name)}
+        names = [name for name in parameters if name not in ("self", *_FROM_FILE_OR_CONFIG, *_NOT_RECORDED)]
+        return {name: getattr(self, name) for name in names}
 
     # Random access.
 
@@ -499,9 +525,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
             .shuffle(self.capacity, seed=seed)
             .batch(sample_batch_size, drop_remainder=drop_remainder)
         )
-        dataset = ids.map(gather, num_parallel_calls=num_parallel_calls)
-        dataset._tfbuffers_source = self
-        return dataset
+        return keep_alive(ids.map(gather, num_parallel_calls=num_parallel_calls), self)
 
     # Datasets.
 

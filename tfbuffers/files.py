@@ -89,7 +89,7 @@ SAVE_ATTEMPTS = 3
 PROGRESS_DELAY_SECONDS = 2.0
 FIELD_PREFIX = "field/"
 EXTRA_PREFIX = "extra/"
-ADDED = "added"  # version 1's counter tensor
+V1_COUNTER = "added"  # version 1 files: the counter tensor's name (a file format, apart from the state's)
 
 NOT_A_BUFFER_FILE = "{path}: expected a tfbuffers buffer file ({format}), got {received}"
 NEWER_VERSION = (
@@ -490,7 +490,7 @@ def load(path: str | os.PathLike, buffer: Any, *, progress: bool | None = None) 
         arrays[buffer.fields[index].path][first_row : first_row + len(rows)] = rows
 
     added = _read_frames(header, buffer, write_rows, extras, progress)
-    restored = dataclasses.replace(template, counters={ADDED: added}, arrays=arrays, extras=extras)
+    restored = dataclasses.replace(template, counters={state.ADDED: added}, arrays=arrays, extras=extras)
     buffer.restore_state(restored, source=str(header.path))
     return json.loads(header.meta["metadata"])
 
@@ -707,7 +707,7 @@ def _read_legacy(
             f"{header.path}: a format version 1 file is read with safetensors ({error}): pip install 'tfbuffers[files]'"
         ) from error
     with safetensors.safe_open(str(header.path), framework="np") as opened:
-        added = int(opened.get_tensor(ADDED)[0])
+        added = int(opened.get_tensor(V1_COUNTER)[0])
         for index, field in enumerate(buffer.fields):
             write_rows(index, 0, opened.get_tensor(FIELD_PREFIX + field.path))
         for name, extra in extras.items():

@@ -22,6 +22,10 @@ import importlib
 from typing import Any
 
 UNKNOWN_KIND = "buffer: expected one of {expected}, got {received!r}"
+TF_SEED = (
+    "seed: expected None for {kind} (the TF kinds draw from TensorFlow's global generator: "
+    "tf.random.set_seed), got {received!r}"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +80,17 @@ def get(name: str) -> Kind:
 
 
 def make(name: str, data_spec: Any, batch_size: int, max_length: int, seed: int | None = None, **options: Any) -> Any:
-    """A buffer of the kind `name`. `seed` seeds a host kind's sampler; the TF kinds follow `tf.random.set_seed`."""
+    """A buffer of the kind `name`.
+
+    `seed` seeds a host kind's sampler. The TF kinds draw from TensorFlow's global generator
+    (`tf.random.set_seed`): a seed for one of them is refused rather than ignored.
+
+    Raises:
+      ValueError: If `name` is not a kind, or `seed` is given for a TF kind.
+    """
     kind = get(name)
     if kind.host:
         options["seed"] = seed
+    elif seed is not None:
+        raise ValueError(TF_SEED.format(kind=name, received=seed))
     return kind.buffer_class(data_spec, batch_size=batch_size, max_length=max_length, **options)

@@ -110,6 +110,11 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
         self._log_interval = log_interval
 
     @property
+    def log_interval(self) -> int | None:
+        """Adds between the logged counts of distinct frames (None: never logged)."""
+        return self._log_interval
+
+    @property
     def frame_buffer(self) -> Any:
         """The `tfbuffers.FrameBuffer` holding the observations' frames."""
         table = self._table

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sampling, host, specs
 from tfbuffers import state as state_lib
-from tfbuffers._segmented import SegmentedReplayBuffer
-from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, optional_positive_int, positive_int
+from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
+from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, keep_alive, optional_positive_int, positive_int
 from tfbuffers.storage import FrameStackTable, NumpyTable, Storage, StorageFactory
 
 _OPS = _ring.NUMPY
@@ -268,6 +268,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table.column(self._step_field)  # the sampler reads it under the lock
 
     @property
+    def frame_stacks(self) -> str | Sequence[str] | Mapping[str, int] | None:
+        """The constructor's `frame_stacks`: the fields whose stacked frames are stored once each."""
+        return self._frame_stacks
+
+    @property
     def storage(self) -> Storage:
         """Where the rows live (`storage=`, `frame_stacks=` or numpy arrays); the buffer's lock guards each use."""
         return self._table
@@ -395,15 +400,13 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
         dataset = super()._as_dataset(sample_batch_size, num_steps, num_parallel_calls)
-        dataset._tfbuffers_source = self  # the dataset keeps the buffer alive, as it would in TF-Agents
-        return dataset.with_options(_NO_INJECTED_PREFETCH)
+        return keep_alive(dataset.with_options(READ_WHEN_ASKED), self)
 
     def _single_deterministic_pass_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
         dataset = super()._single_deterministic_pass_dataset(sample_batch_size, num_steps, num_parallel_calls)
-        dataset._tfbuffers_source = self
-        return dataset.with_options(_NO_INJECTED_PREFETCH)
+        return keep_alive(dataset.with_options(READ_WHEN_ASKED), self)
 
     def _leaf_types(
         self, outer: tf.TensorShape, fields: Sequence[int] | None = None
@@ -411,15 +414,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
         chosen = self._fields if fields is None else [self._fields[i] for i in fields]
         return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
-
-
-# Elements are made when `next` asks, by the caller's thread (a `prefetch` or `num_parallel_calls` the user asks
-# for reads ahead). tf.data's automatic prefetch would make them in a thread of its own: besides reading ahead, an
-# iterator dropped while that thread waits for the GIL to run the host call (at the latest when the interpreter
-# exits, holding the GIL while it frees the iterator, which waits for the thread) never finishes: the program
-# hangs at exit. TF-Agents' py buffer does (tests/hygiene_test.py).
-_NO_INJECTED_PREFETCH = tf.data.Options()
-_NO_INJECTED_PREFETCH.experimental_optimization.inject_prefetch = False
 
 
 def _make_storage(

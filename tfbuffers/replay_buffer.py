@@ -133,17 +133,40 @@ def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
     For `tf.numpy_function` and `tf.function`, whose registries of callables outlive
     the graphs that use them: a buffer reached this way is freed once its user drops it.
     """
-    reference = weakref.WeakMethod(method)
-    kind = type(method.__self__).__name__  # type: ignore[attr-defined]
+    return _WeakMethod(method)
 
-    def call(*args: Any) -> Any:
-        target = reference()
+
+class _WeakMethod:
+    """A bound method held weakly (see `weak_method`).
+
+    An object, not a closure: `tf.function` counts traces by the Python code it wraps, so every
+    buffer's closures would count as one function traced again and again ("triggered tf.function
+    retracing"); each object counts on its own, as each buffer's functions are.
+    """
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._reference = weakref.WeakMethod(method)
+        self._kind = type(method.__self__).__name__  # type: ignore[attr-defined]
+        self.__name__ = method.__name__
+
+    def __call__(self, *args: Any) -> Any:
+        target = self._reference()
         if target is None:
-            raise ValueError(DROPPED.format(buffer=kind))
+            raise ValueError(DROPPED.format(buffer=self._kind))
         return target(*args)
 
-    call.__name__ = method.__name__
-    return call
+
+def keep_alive(dataset: tf.data.Dataset, buffer: Any) -> tf.data.Dataset:
+    """`dataset`, which now holds `buffer` for as long as it lives (as a TF-Agents dataset holds its buffer).
+
+    A dataset reads its buffer through weak references (`weak_method`); a user who keeps only the
+    dataset (`iter(make_buffer().as_dataset())`) keeps the buffer too.
+    """
+    _DATASET_SOURCES[dataset] = buffer
+    return dataset
+
+
+_DATASET_SOURCES: weakref.WeakKeyDictionary[tf.data.Dataset, Any] = weakref.WeakKeyDictionary()
 
 
 class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):

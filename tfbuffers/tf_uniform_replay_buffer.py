@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
 from tfbuffers import state as state_lib
-from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer, _within_episodes
+from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._variable_table import VariableTable
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
@@ -176,6 +176,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def device(self) -> str:
         """The device of the variables."""
         return self._device
+
+    @property
+    def wait_for_writers(self) -> bool:
+        """Whether a graph write that finds another under way waits its turn (the constructor's option)."""
+        return self._wait_for_writers
 
     @property
     def scope(self) -> str:
@@ -426,7 +431,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             return whole, self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
 
         attempts = tf.data.Dataset.counter().map(attempt, num_parallel_calls=num_parallel_calls)
-        return attempts.filter(_whole).map(_read).with_options(_READ_WHEN_ASKED)
+        return attempts.filter(_whole).map(_read).with_options(READ_WHEN_ASKED)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         leaves, ids, probabilities = self._compiled_if_eager(self._sample_tensors)(sample_batch_size, num_steps)
@@ -440,8 +445,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         function = self._functions.get(method.__name__)
         if function is None:
             compiled = tf.function(weak_method(method), autograph=False)
-            # Each buffer traces its own functions: expected, not the retracing TensorFlow warns of.
-            compiled._omit_frequent_tracing_warning = True
             function = self._functions[method.__name__] = _OneLineErrors(compiled)
         return function
 
@@ -590,13 +593,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
         """Every row's weight in draws (see `_row_columns`) once a state with `extras` is restored."""
         return np.ones([self.capacity])
-
-
-# tf.data would run the last, stateless map (`_read`) in parallel and prefetch after it: elements read
-# before `next` asks for them, holding frames older than the buffer's. Left to the caller, as without the filter.
-_READ_WHEN_ASKED = tf.data.Options()
-_READ_WHEN_ASKED.experimental_optimization.map_parallelization = False
-_READ_WHEN_ASKED.experimental_optimization.inject_prefetch = False
 
 
 @tf.autograph.experimental.do_not_convert
