@@ -376,7 +376,7 @@ def graph_ops(fn: Callable[[], Any]) -> int:
     A static count: both branches of a `tf.cond` and a loop body once, whatever runs (`executed_ops` counts
     what one call runs).
     """
-    graph_def = tf.function(fn).get_concrete_function().graph.as_graph_def()
+    graph_def = traced_once(fn).get_concrete_function().graph.as_graph_def()
     return len(graph_def.node) + sum(len(function.node_def) for function in graph_def.library.function)
 
 
@@ -396,7 +396,7 @@ def executed_ops(fn: Callable[[], Any]) -> int:
             directory, tensor_debug_mode="NO_TENSOR", circular_buffer_size=-1
         )
         try:
-            tf.function(fn)()
+            traced_once(fn)()
         finally:
             tf.debugging.experimental.disable_dump_debug_info()
         with debug_events_reader.DebugDataReader(directory) as reader:

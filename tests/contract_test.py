@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import SPEC, assert_whole, batch, code, fill, frames, make, make_buffer, to_numpy, underlying
 
 import tfbuffers
-from tfbuffers import _sampling, specs
+from tfbuffers import sampling, specs
 
 
 def stored_codes(batch_size: int, first: int, last: int) -> np.ndarray:
@@ -129,7 +129,7 @@ def test_sampling_too_few_frames_raises(kind, num_adds, num_steps):
     if num_adds == 0:  # TF-Agents' words
         message = f"{name} is empty. Make sure to add items before sampling the buffer."
     else:
-        message = _sampling.NOT_ENOUGH_FRAMES.format(buffer=name, num_steps=num_steps)
+        message = sampling.NOT_ENOUGH_FRAMES.format(buffer=name, num_steps=num_steps)
         assert message.startswith("num_steps: expected at most the frames one segment holds, got 3: ")
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
         buffer.get_next(sample_batch_size=2, num_steps=num_steps)

@@ -76,7 +76,7 @@ def test_constructor_options_are_the_public_properties_of_the_same_names(name):
     recorded = [
         option
         for option in signature
-        if option not in ("self", "data_spec", "capacity", "batch_size", "max_length", "seed", "storage")
+        if option not in ("self", "data_spec", "capacity", "batch_size", "max_length", "seed", "storage", "sampler")
     ]
     for option in recorded:
         assert isinstance(getattr(kind.buffer_class, option), property), option
@@ -126,3 +126,63 @@ def test_the_registry_and_files_import_no_buffer_module_and_not_the_package():
         "tfbuffers.specs",
         "tfbuffers.state",
     ]
+
+
+def test_derived_constructors_have_the_signatures_users_call_them_by():
+    def names(cls):
+        return [
+            f"{name}={parameter.default!r}" if parameter.default is not inspect.Parameter.empty else name
+            for name, parameter in inspect.signature(cls).parameters.items()
+        ]
+
+    common = ["dataset_drop_remainder=False", "dataset_window_shift=None", "stateful_dataset=False"]
+    assert names(tfbuffers.TFPrioritizedReplayBuffer) == [
+        "data_spec",
+        "batch_size",
+        "max_length=1000",
+        "priority_exponent=0.6",
+        "scope='TFPrioritizedReplayBuffer'",
+        "device='cpu:*'",
+        *common,
+        "episode_boundaries=False",
+        "wait_for_writers=True",
+    ]
+    py_options = ["capacity=None", "batch_size=1", "max_length=None"]
+    assert names(tfbuffers.PyPrioritizedReplayBuffer) == [
+        "data_spec",
+        *py_options,
+        "priority_exponent=0.6",
+        "seed=None",
+        *common,
+        "episode_boundaries=False",
+        "frame_stacks=None",
+        "storage=None",
+    ]
+    assert names(tfbuffers.PyHashedReplayBuffer) == [
+        "data_spec",
+        "capacity=None",
+        "log_interval=None",
+        "batch_size=1",
+        "max_length=None",
+        "seed=None",
+        *common,
+        "episode_boundaries=False",
+    ]
+
+
+def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones():
+    spec = {"x": tf.TensorSpec([], tf.int64)}
+    buffer = tfbuffers.TFPrioritizedReplayBuffer(spec, 2, 4, 0.5, "mine", "cpu:0", True)
+    assert (buffer.priority_exponent, buffer.scope, buffer.device, buffer.dataset_drop_remainder) == (
+        0.5,
+        "mine",
+        "cpu:0",
+        True,
+    )
+    assert buffer.wait_for_writers is True
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sampler'"):
+        tfbuffers.PyPrioritizedReplayBuffer(spec, 8, sampler=None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'storage'"):
+        tfbuffers.PyHashedReplayBuffer(spec, 8, storage=None)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        tfbuffers.PyPrioritizedReplayBuffer(spec, 8, 2)

@@ -55,3 +55,26 @@ def test_a_storage_with_frame_stacks_is_refused():
     spec = {"pixels": tf.TensorSpec([2, 2, 4], tf.uint8)}
     with pytest.raises(ValueError, match="storage: expected None with frame_stacks"):
         tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=3, frame_stacks="pixels", storage=DictStorage)
+
+
+@pytest.mark.parametrize("name", ["py_prioritized", "py_dict", "tf_prioritized"])
+def test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage(name):
+    options = {"priority_exponent": 1.0} if "prioritized" in name else {}
+    buffer = make(name, batch_size=2, max_length=3, episode_boundaries="step", **options)
+    extras = buffer.storage.extras
+    episode_extras = ["episodes/distance", "episodes/near", "episodes/last_end"]
+    prioritized = ["priority", "max_priority", "sum_tree"] if buffer.prioritized else []
+    assert sorted(extras) == sorted(episode_extras + prioritized)
+    for t in range(4):
+        buffer.add_batch(batch(2, t))  # step 2 (LAST) ends segment 0's episode at add 2
+    if buffer.prioritized:
+        buffer.update_priorities(np.array([6, 7]), np.array([3.0, 0.5]))
+    value = {key: np.asarray(extras[key]) for key in extras}
+    assert value["episodes/last_end"].tolist() == [2, -1]
+    if buffer.prioritized:
+        # add 3 wrote rows 0-1 (ids 6, 7); the max priority is the largest given
+        np.testing.assert_array_equal(value["priority"][:2], [3.0, 0.5])
+        assert float(value["max_priority"]) == 3.0
+        np.testing.assert_array_equal(buffer.state().extras["priority"], value["priority"])
+    buffer.clear()
+    assert np.asarray(extras["episodes/last_end"]).tolist() == [-1, -1]

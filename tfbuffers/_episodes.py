@@ -57,6 +57,28 @@ def empty(capacity: int, batch_size: int) -> Near:
     return Near(np.zeros([capacity + 1], np.int8), np.zeros([NEAR + 1, 3]), np.full([batch_size], -1, np.int64))
 
 
+def extras(storage: Any, batch_size: int) -> Near:
+    """The record of a new buffer, kept in its storage (a `tfbuffers.storage` one) as three extras.
+
+    Named `episodes/distance`, `episodes/near` and `episodes/last_end`.
+    """
+    initial = empty(storage.num_rows, batch_size)
+    return Near(*(storage.extra(f"episodes/{name}", value) for name, value in zip(Near._fields, initial)))
+
+
+def reset(record: Near) -> None:
+    """Empties a numpy `record` in place (a cleared buffer)."""
+    record.distance[:] = 0
+    record.near[:] = 0.0
+    record.last_end[:] = -1
+
+
+def assign(record: Near, values: Near) -> None:
+    """Sets a numpy `record` to `values` in place (a restored buffer)."""
+    for array, value in zip(record, values):
+        np.copyto(array, value)
+
+
 def is_cut(previous_types: Any, new_types: Any) -> Any:
     """Whether an episode boundary lies between frames of step types `previous_types` and `new_types`."""
     return (previous_types == LAST) | (new_types == FIRST)

@@ -3,7 +3,7 @@
 A segmented buffer keeps `batch_size` segments of `max_length` frames (see
 `tfbuffers._ring` for the layout and the ids). Its subclasses provide storage:
 how to write a block, gather rows, read the add counter and snapshot or replace
-the contents. A `tfbuffers._sampling.Sampler` says which windows a sample
+the contents. A `tfbuffers.sampling.Sampler` says which windows a sample
 draws. This class builds everything else from those, once.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _episodes, _ring, _sampling, specs
+from tfbuffers import _deterministic, _episodes, _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers.replay_buffer import (
     BufferInfo,
@@ -41,9 +41,10 @@ NOT_AN_INTEGER_INDEX = "indices: expected integers, got dtype {received}"
 CONFIG_UNKNOWN = "config: unexpected key(s) {unexpected}; {buffer} takes {expected}"
 CONFIG_SIZE = "config: expected capacity (a multiple of batch_size={batch_size}) or max_length, got {received}"
 _FROM_FILE_OR_CONFIG = ("data_spec", "capacity", "batch_size", "max_length")
-# Not kept: a loaded buffer's sampler is seeded anew, and a storage (a factory of live objects) is passed again.
+# Not kept: a loaded buffer's sampler is seeded anew, and a storage or sampler (factories of live objects) is
+# passed again.
 # Every other constructor argument is a property of the same name.
-_NOT_RECORDED = ("seed", "storage")
+_NOT_RECORDED = ("seed", "storage", "sampler")
 STEP_TYPE_PATH = "step_type"
 EPISODE_OPTION = (
     "episode_boundaries: expected False, True (the data spec's `step_type` field, as in a TF-Agents Trajectory) "
@@ -79,6 +80,7 @@ class SegmentedReplayBuffer(ReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
+        sampler: sampling.SamplerFactory | None = None,
     ) -> None:
         batch_size = positive_int("batch_size", batch_size)
         max_length = positive_int("max_length", max_length)
@@ -97,16 +99,28 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self._episodes = step_field is not None
         if step_field is not None:
             self._step_field = step_field
-        self._use_sampler(_sampling.UniformSampler(type(self).__name__, batch_size, max_length))
+        self._use_sampler(sampling.make(sampler, type(self).__name__, batch_size, max_length))
         # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
         self._state_checkpoint = state_lib.StateCheckpoint(self)
 
-    def _use_sampler(self, sampler: _sampling.Sampler) -> None:
+    def _use_sampler(self, sampler: sampling.Sampler) -> None:
         """Samples with `sampler`, which reads the step types when episode boundaries are on."""
         if self._episodes:
+            if not sampler.keeps_episode_boundaries:
+                raise ValueError(sampling.NO_EPISODES.format(sampler=type(sampler).__name__))
             sampler.step_types = self._step_types
             sampler.near = self._episode_ends
         self._sampler = sampler
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the buffer samples by priority (its sampler's `prioritized`): then `update_priorities` sets them."""
+        return self._sampler.prioritized
+
+    @property
+    def sampler(self) -> sampling.Sampler:
+        """What draws the samples (`sampler=`; a `PrioritizedSampler` in the prioritized buffers)."""
+        return self._sampler
 
     @property
     def dataset_drop_remainder(self) -> bool:
@@ -629,6 +643,54 @@ class SegmentedReplayBuffer(ReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""
+
+
+class DerivedSignature:
+    """The constructor signature of a buffer class built on another's: the base's, with options added or changed.
+
+    A derived class (a prioritized buffer on a uniform one) then lists only what it adds; every option of the
+    base is its option too, under the base's name, position and default unless changed here, and a new option
+    of the base needs no edit here. `inspect.signature` (so `help`, `from_config` and `constructor_options`)
+    reads the composed signature.
+    """
+
+    def __init__(
+        self,
+        base: Any,
+        *,
+        after: str,
+        added: Sequence[inspect.Parameter],
+        defaults: Mapping[str, Any] | None = None,
+        removed: Sequence[str] = (),
+    ) -> None:
+        """The signature of `base` (a function) with `added` inserted after the parameter `after`.
+
+        `defaults` changes the defaults of the base's parameters; `removed` leaves parameters out.
+        """
+        parameters = [
+            parameter.replace(default=(defaults or {}).get(name, parameter.default))
+            for name, parameter in inspect.signature(base).parameters.items()
+            if name not in removed
+        ]
+        position = [parameter.name for parameter in parameters].index(after) + 1
+        self.signature = inspect.Signature([*parameters[:position], *added, *parameters[position:]])
+
+    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Every argument of a call by name, defaults filled in (`self` left out).
+
+        Raises:
+          TypeError: As Python does for a call that does not fit the signature.
+        """
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        del arguments["self"]
+        return arguments
+
+    def __call__(self, init: Any) -> Any:
+        """Gives the `__init__` it decorates this signature."""
+        init.__signature__ = self.signature
+        return init
 
 
 def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:

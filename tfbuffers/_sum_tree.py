@@ -33,7 +33,7 @@ leaves' proportions exactly), leaving any still masked after that to `find`.
 In TensorFlow each op costs about a microsecond whatever its size, and `find`
 runs some twenty per level: `find_wide` takes the same few steps as
 `draw_numpy` for a draw from the whole tree (about five ops per level), and the
-TF sampler leaves a mask out by rejection too (`tfbuffers._sampling`), with
+TF sampler leaves a mask out by rejection too (`tfbuffers.sampling`), with
 `find` for the draws that land in the mask twice.
 """
 

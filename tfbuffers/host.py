@@ -54,6 +54,27 @@ def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes:
     return outputs
 
 
+def add_when_run(add_arrays: Callable[..., np.ndarray], leaves: Sequence[Any], batch_size: int) -> tf.Tensor:
+    """An `add_batch` inside a graph: the host's add, run when the graph runs, not when it is traced.
+
+    `add_arrays(*arrays)` is a bound method returning the `[batch_size]` ids. The host checks the values
+    again as it stores them, so shapes unknown at trace time are checked too.
+    """
+    return call(add_arrays, [tf.convert_to_tensor(leaf) for leaf in leaves], tf.int64, [batch_size])
+
+
+def now_or_when_run(method: Callable[[], Any]) -> Any:
+    """`method()` (a bound method returning an int64 scalar) now when eager; inside a graph, when it runs."""
+    if tf.executing_eagerly():
+        return method()
+    return call(method, [], tf.int64, [])
+
+
+def arrays(leaves: Sequence[Any]) -> list[np.ndarray]:
+    """An eager `add_batch`'s checked leaves as numpy arrays (eager tensors are the only others there)."""
+    return [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
+
+
 def sample(
     sample_arrays: Callable[[int | None, int | None], tuple[list[np.ndarray], np.ndarray, np.ndarray]],
     fields: Sequence[Field],

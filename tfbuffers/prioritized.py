@@ -2,8 +2,10 @@
 
 A prioritized buffer draws each window with probability proportional to
 `priority ** priority_exponent` of its first frame (Schaul et al., 2016,
-"Prioritized Experience Replay", proportional variant), where a priority of 0
-means never drawn, whatever the exponent. A new frame gets the largest priority
+"Prioritized Experience Replay", proportional variant), among the windows a
+uniform buffer could draw (one segment, consecutive frames, none past the newest,
+within one episode with `episode_boundaries`), where a priority of 0 means never
+drawn, whatever the exponent. A new frame gets the largest priority
 given so far (1.0 after construction or `clear`). `update_priorities(ids,
 priorities)` sets the priorities of frames by the ids `BufferInfo.ids` returned.
 
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfbuffers import _sum_tree
 from tfbuffers import state as state_lib
 
 PRIORITY = "priority"
@@ -33,6 +36,23 @@ NEVER_STORED = (
     "ids: expected ids of frames stored since the last clear (0 <= id < {next_id}), got {value} at index {index}"
 )
 NOT_A_BETA = "beta: expected a number in [0, 1], got {received}"
+
+
+SUM_TREE = "sum_tree"
+"""The storage's extra of the sum tree over every row's `priority ** priority_exponent` (`tfbuffers._sum_tree`)."""
+
+
+def extras(storage: Any) -> tuple[Any, Any, Any]:
+    """A new prioritized buffer's priorities, max priority and sum tree, kept in its storage as extras.
+
+    `storage` is one of `tfbuffers.storage`'s: numpy arrays or `tf.Variable`s come back. The max
+    priority is a scalar (`[]` float64), 1.0 at first.
+    """
+    return (
+        storage.extra(PRIORITY, np.zeros([storage.num_rows], np.float64)),
+        storage.extra(MAX_PRIORITY, np.array(1.0, np.float64)),
+        storage.extra(SUM_TREE, _sum_tree.empty(storage.num_rows)),
+    )
 
 
 def check_exponent(priority_exponent: Any) -> float:

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, _sum_tree, host, prioritized
+from tfbuffers import _episodes, _ring, _sum_tree, host, prioritized, sampling
 from tfbuffers import state as state_lib
+from tfbuffers._segmented import DerivedSignature
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+
+_SIGNATURE = DerivedSignature(
+    PyUniformReplayBuffer.__init__,
+    after="max_length",
+    added=[inspect.Parameter("priority_exponent", inspect.Parameter.KEYWORD_ONLY, default=0.6, annotation="float")],
+    removed=["sampler"],
+)
 
 
 class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     """`PyUniformReplayBuffer` whose samples are drawn in proportion to priorities.
 
-    A window is drawn with probability proportional to `priority **
-    priority_exponent` of its first frame, among the windows a uniform buffer
-    could draw (one segment, consecutive frames, none past the newest). A priority
-    of 0 means never drawn. New frames get the largest priority given so far
-    (1.0 after construction or `clear`), as in the PER paper. `BufferInfo.probabilities`
-    are the exact probabilities of the draws; `tfbuffers.importance_weights`
-    turns them into the paper's importance-sampling weights.
+    Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
+    `priority ** priority_exponent`, among the windows a uniform buffer could draw;
+    new frames get the largest priority given so far), with exact
+    `BufferInfo.probabilities`.
 
     The priorities live in a sum tree beside the rows (`tfbuffers._sum_tree`): a
     sample of `n` windows and an update of `n` priorities each cost
@@ -42,75 +48,38 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
-    def __init__(
-        self,
-        data_spec: Any,
-        capacity: int | None = None,
-        *,
-        batch_size: int = 1,
-        max_length: int | None = None,
-        priority_exponent: float = 0.6,
-        seed: int | None = None,
-        dataset_drop_remainder: bool = False,
-        dataset_window_shift: int | None = None,
-        stateful_dataset: bool = False,
-        episode_boundaries: bool | str = False,
-        frame_stacks: Any = None,
-        storage: Any = None,
-    ) -> None:
-        """Creates the buffer.
+    @_SIGNATURE
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Creates the buffer: `PyUniformReplayBuffer`'s arguments, and `priority_exponent`.
+
+        `PyPrioritizedReplayBuffer(data_spec, capacity=None, *, batch_size=1, max_length=None,
+        priority_exponent=0.6, seed=None, ...)`: every argument of `PyUniformReplayBuffer` but `sampler`
+        (the sampler draws by priority), under its name and default.
 
         Args:
-          data_spec: As in `PyUniformReplayBuffer`.
-          capacity: As in `PyUniformReplayBuffer`.
-          batch_size: As in `PyUniformReplayBuffer`.
-          max_length: As in `PyUniformReplayBuffer`.
-          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform
-            over frames of priority above 0, 1: proportional).
-          seed: As in `PyUniformReplayBuffer`.
-          dataset_drop_remainder: As in `PyUniformReplayBuffer`.
-          dataset_window_shift: As in `PyUniformReplayBuffer`.
-          stateful_dataset: As in `PyUniformReplayBuffer`.
-          episode_boundaries: As in `PyUniformReplayBuffer`.
-          frame_stacks: As in `PyUniformReplayBuffer`.
-          storage: As in `PyUniformReplayBuffer`.
+          *args: `data_spec`, `capacity`, as in `PyUniformReplayBuffer`.
+          **kwargs: `priority_exponent`, alpha: how strongly priorities skew the draws (0: uniform
+            over frames of priority above 0, 1: proportional); the others as in `PyUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        priority_exponent = prioritized.check_exponent(priority_exponent)
-        super().__init__(
-            data_spec,
-            capacity,
-            batch_size=batch_size,
-            max_length=max_length,
-            seed=seed,
-            dataset_drop_remainder=dataset_drop_remainder,
-            dataset_window_shift=dataset_window_shift,
-            stateful_dataset=stateful_dataset,
-            episode_boundaries=episode_boundaries,
-            frame_stacks=frame_stacks,
-            storage=storage,
-        )
+        options = _SIGNATURE.bind(self, *args, **kwargs)
+        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
+        super().__init__(**options)
         self._priority_exponent = priority_exponent
-        self._priorities = np.zeros(self.capacity, np.float64)
-        self._tree = _sum_tree.empty(self.capacity)
+        self._priorities, self._largest, self._tree = prioritized.extras(self._table)
         self._stale = _StaleBlocks(self._max_length)
-        self._set_max_priority(1.0)
+        self._set_max_priority(float(self._largest))
         self._use_sampler(
-            _sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, self._current_tree)
+            sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, self._current_tree)
         )
 
     @property
     def priority_exponent(self) -> float:
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
         return self._priority_exponent
-
-    @property
-    def prioritized(self) -> bool:
-        """True: the buffer samples by priority."""
-        return True
 
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
@@ -159,7 +128,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities[rows] = priorities
         weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        if self._episodes:  # rows near the end of their episode carry their new weight into the record
+        if self._ends is not None:  # rows near the end of their episode carry their new weight into the record
             distance = self._ends.distance[rows]
             near = distance > 0
             if near.any():
@@ -186,6 +155,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
 
     def _set_max_priority(self, priority: float) -> None:
         # New frames' priority, and its leaf weight, computed once here rather than on every add.
+        self._largest[...] = priority
         self._max_priority = priority
         self._max_weight = prioritized.leaf_weights(np.float64(priority), self._priority_exponent)
 
@@ -210,16 +180,14 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     def _extras_locked(self) -> dict[str, np.ndarray]:
         return {
             prioritized.PRIORITY: self._priorities.copy(),
-            prioritized.MAX_PRIORITY: np.array(self._max_priority, np.float64),
+            prioritized.MAX_PRIORITY: self._largest.copy(),
         }
-
-    def _extra_nbytes_locked(self) -> int:
-        return self._priorities.nbytes + self._tree.nbytes + np.dtype(np.float64).itemsize  # + the largest priority
 
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         np.copyto(self._priorities, extras[prioritized.PRIORITY])
         self._stale.count = 0
-        self._tree = _sum_tree.build(prioritized.leaf_weights(self._priorities, self._priority_exponent), self.capacity)
+        weights = prioritized.leaf_weights(self._priorities, self._priority_exponent)
+        np.copyto(self._tree, _sum_tree.build(weights, self.capacity))
         self._set_max_priority(float(extras[prioritized.MAX_PRIORITY]))
 
     def _close(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, host, specs
+from tfbuffers import _episodes, _ring, host, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, keep_alive, optional_positive_int, positive_int
@@ -88,6 +88,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         episode_boundaries: bool | str = False,
         frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
         storage: StorageFactory | None = None,
+        sampler: sampling.SamplerFactory | None = None,
     ) -> None:
         """Creates the buffer and allocates its arrays.
 
@@ -112,6 +113,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             (a `Storage` subclass, for example); numpy arrays in RAM by default. Not with
             `frame_stacks`, which is a storage of its own. Files do not record it: pass it
             again to `load` (where it replaces the frame stacks a file records).
+          sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
+            tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
+            stored windows by default (`UniformSampler`). Files do not record it: pass it again
+            to `load`.
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -138,6 +143,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
             episode_boundaries=episode_boundaries,
+            sampler=sampler,
         )
         self._lock = threading.Lock()
         self._frame_stacks = frame_stacks
@@ -146,15 +152,14 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             raise ValueError(STORAGE_AND_STACKS)
         self._table = _make_storage(storage, self._fields, self.capacity, stacks)
         self._rng = np.random.default_rng(seed)
-        self._backend = _sampling.numpy_backend(self._rng)
+        self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
         self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
-        self._ends = _episodes.empty(self.capacity, self._batch_size)  # kept by adds with episode boundaries
+        # Kept by adds with episode boundaries, in the storage.
+        self._ends = _episodes.extras(self._table, self._batch_size) if self._episodes else None
 
     def _num_frames(self) -> Any:
-        if not tf.executing_eagerly():
-            return host.call(self._num_frames_value, [], tf.int64, [])
-        return self._num_frames_value()
+        return host.now_or_when_run(self._num_frames_value)
 
     def _num_frames_value(self) -> np.int64:
         with self._lock:
@@ -163,13 +168,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
         if not tf.executing_eagerly():
-            # Inside a graph: store when the graph runs, not when it is traced. The static checks
-            # passed; the full check runs again on the values, so shapes unknown at trace time are
-            # checked too.
-            inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
-            return host.call(self._add_arrays, inputs, tf.int64, [self._batch_size])
-        # Eager tensors are the only leaves that are not numpy here (check_batch converts everything else).
-        arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
+            return host.add_when_run(self._add_arrays, leaves, self._batch_size)
+        arrays = host.arrays(leaves)
         with self._lock:
             added = self._table.added
             cut = self._cut_before(added, arrays) if self._episodes else None
@@ -195,6 +195,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         numpy calls cost more than their arithmetic.
         """
         record = self._ends
+        assert record is not None, "kept with episode boundaries only"
         first = int(_ring.block_start(added, self._max_length, self._batch_size))
         left = record.distance[first : first + self._batch_size]
         if left.any():  # the overwritten frames were near the end of their episode
@@ -219,7 +220,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return np.ones([len(rows), 3])
 
     def _episode_ends(self) -> _episodes.Near:
-        return self._ends  # the sampler reads it under the lock
+        assert self._ends is not None, "the sampler reads it with episode boundaries only"
+        return self._ends  # under the lock
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
@@ -313,24 +315,22 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             return self._table.read(self._rows(ids))
 
     def _clear(self) -> None:
-        if not tf.executing_eagerly():
-            host.call(self._clear_value, [], tf.int64, [])
-            return
-        self._clear_value()
+        host.now_or_when_run(self._clear_value)
 
     def _clear_value(self) -> np.int64:
         with self._lock:
             self._check_open()
             self._table.added = 0
             self._generation += 1
-            self._ends = _episodes.empty(self.capacity, self._batch_size)
+            if self._ends is not None:
+                _episodes.reset(self._ends)
             self._cleared_locked()
         return np.int64(0)
 
     def _nbytes(self) -> int:
         with self._lock:
-            ends = sum(array.nbytes for array in self._ends) if self._episodes else 0
-            return self._table.nbytes() + np.dtype(np.int64).itemsize + ends + self._extra_nbytes_locked()
+            # The rows, the counter and the extras (priorities and their tree, the record of episode ends).
+            return self._table.nbytes() + np.dtype(np.int64).itemsize + self._table.extras_nbytes()
 
     def _close(self) -> None:
         with self._lock:
@@ -347,10 +347,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._table.added = added
             self._generation += 1
             self._restore_extras_locked(extras)
-            if self._episodes:  # from the restored step types and weights
+            if self._ends is not None:  # from the restored step types and weights
                 column = self._table.column(self._step_field)
                 weights = self._row_columns(np.arange(self.capacity))[:, _episodes.WEIGHT]
-                self._ends = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
+                rebuilt = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
+                _episodes.assign(self._ends, rebuilt)
 
     # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).
     # Each runs under the lock, in the same step as the rows and counter it goes with.
@@ -364,10 +365,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _extras_locked(self) -> dict[str, np.ndarray]:
         """Copies of the extra arrays of the state (see `state_template`)."""
         return {}
-
-    def _extra_nbytes_locked(self) -> int:
-        """Bytes of what the buffer keeps beside the rows (`nbytes`)."""
-        return 0
 
     def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
         """Replaces the extra arrays by a checked state's."""

@@ -319,9 +319,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         return self._sequence_length
 
     def _num_frames(self) -> Any:
-        if not tf.executing_eagerly():
-            return host.call(self._num_items, [], tf.int64, [])
-        return self._num_items()
+        return host.now_or_when_run(self._num_items)
 
     def _num_items(self) -> np.int64:
         self._check_open()
@@ -329,10 +327,8 @@ class ReverbReplayBuffer(ReplayBuffer):
 
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
         if not tf.executing_eagerly():
-            # Written when the graph runs, not when it is traced; the values are checked again then.
-            inputs = [tf.convert_to_tensor(leaf) for leaf in leaves]
-            return host.call(self._add_arrays, inputs, tf.int64, [self._batch_size])
-        arrays = [leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf.numpy()) for leaf in leaves]
+            return host.add_when_run(self._add_arrays, leaves, self._batch_size)
+        arrays = host.arrays(leaves)
         with self._lock:
             self._check_open()
             for env, writer in enumerate(self._writers):
@@ -472,10 +468,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         raise NotImplementedError(NO_GATHER_ALL)
 
     def _clear(self) -> None:
-        if not tf.executing_eagerly():
-            host.call(self._clear_value, [], tf.int64, [])
-            return
-        self._clear_value()
+        host.now_or_when_run(self._clear_value)
 
     def _clear_value(self) -> np.int64:
         with self._lock:

@@ -1,4 +1,4 @@
-"""Where a host buffer's frames live: the storage interface, and the storages tfbuffers has.
+"""Where a buffer's frames live: the storage interfaces, and the storages tfbuffers has.
 
 A buffer of `batch_size` segments of `max_length` frames stores them in `num_rows = batch_size *
 max_length` rows per field of its data spec, time-major: add number `t` writes one row per segment,
@@ -10,17 +10,25 @@ rows `(t % max_length) * batch_size + segment`, each field's into that field's r
     add t=2:                           s0    s1         rows 4-5
     add t=3:   s0    s1                                 rows 0-1 again: the oldest frames go
 
-A storage keeps those rows and `added`, the number of adds since the last clear (which fixes which
-rows hold which frames: `tfbuffers._ring`). The buffer holds its lock around every call, picks the
-rows (ring arithmetic, sampling, episode records and priorities are the buffer's), and keeps what
-it stores beside the rows (priorities, the record of episode ends) in its state, so states,
-checkpoints and files carry them whatever the storage.
+A storage keeps those rows, `added`, the number of adds since the last clear (which fixes which
+rows hold which frames: `tfbuffers._ring`), and the buffer's named extras: arrays it keeps beside
+the rows and changes with them (a prioritized buffer's `"priority"`, `"max_priority"` and
+`"sum_tree"`, an episode-aware buffer's `"episodes/distance"`, `"episodes/near"` and
+`"episodes/last_end"`), which the buffer asks the storage for once with `extra(name, initial)`. So a
+storage that keeps its rows somewhere (a file on disk) keeps everything the buffer holds there too.
+The buffer picks the rows (ring arithmetic, sampling, episode records and priorities are the
+buffer's) and takes its lock around every call; states, checkpoints and files carry the rows, the
+counter and the extras whatever the storage.
 
-The py buffers (`PyUniformReplayBuffer`, `PyPrioritizedReplayBuffer`) take any storage:
-`storage=` a callable `(fields, num_rows) -> Storage`. tfbuffers has numpy arrays in RAM
-(`NumpyTable`, the default) and the frame-stack pool (`FrameStackTable`, made by `frame_stacks=`).
-A new one (files on disk, another process) implements the abstract methods below; the contract,
-files, state and fuzz tests run on it through one entry in the test registry.
+Two interfaces, one per way a buffer runs:
+
+* `Storage`, numpy on the host, for the py buffers (`PyUniformReplayBuffer`,
+  `PyPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows) -> Storage`.
+  tfbuffers has numpy arrays in RAM (`NumpyTable`, the default) and the frame-stack pool
+  (`FrameStackTable`, made by `frame_stacks=`). A new one (files on disk, another process) implements
+  the three abstract methods; the contract, files, state and fuzz tests run on it through one entry in
+  the test registry.
+* `VariableStorage`, `tf.Variable`s in the graph, for the TF buffers: its writes and reads are ops.
 
 >>> import numpy as np, tensorflow as tf
 >>> from tfbuffers import PyUniformReplayBuffer
@@ -34,9 +42,12 @@ files, state and fuzz tests run on it through one entry in the test registry.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from tfbuffers.frames import FrameBuffer
 from tfbuffers.specs import Field
@@ -53,6 +64,21 @@ class Storage(abc.ABC):
         self.fields = tuple(fields)
         self.num_rows = num_rows
         self.added = 0
+        self.extras: dict[str, np.ndarray] = {}
+
+    def extra(self, name: str, initial: np.ndarray) -> np.ndarray:
+        """The buffer's extra array `name`, of `initial`'s shape and dtype, holding `initial`'s values.
+
+        Asked for once, at the buffer's construction; the buffer then reads and changes the array in place
+        (under its lock), never replaces it. In RAM by default; a storage that keeps its rows elsewhere keeps
+        its extras there too (a new storage starts with `initial`'s values, a reopened one with its own).
+        """
+        array = self.extras[name] = np.array(initial, copy=True)
+        return array
+
+    def extras_nbytes(self) -> int:
+        """Bytes the extras take."""
+        return sum(array.nbytes for array in self.extras.values())
 
     @abc.abstractmethod
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
@@ -130,6 +156,7 @@ class NumpyTable(Storage):
     def close(self) -> None:
         """Drops the storage."""
         self.arrays = []
+        self.extras.clear()
 
     def nbytes(self) -> int:
         """Bytes of storage allocated (pages never written take no memory)."""
@@ -230,3 +257,48 @@ class FrameStackTable(NumpyTable):
             + sum(pool.nbytes for pool in self.pools.values())
             + sum(handles.nbytes for handles in self.handles.values())
         )
+
+
+class VariableStorage:
+    """The TF buffers' storage: each field's rows a `[num_rows, *shape]` `tf.Variable`, the counter and extras too.
+
+    Its methods build ops (eagerly, they run): the TF buffers call them inside their graphs and their
+    writers' lock (`tfbuffers._tf_concurrency`). A plain object, not a `tf.Module`: the buffer
+    checkpoints its contents as a whole (`tfbuffers.state`), by field path, never variable by variable.
+    """
+
+    def __init__(self, fields: Sequence[Field], num_rows: int) -> None:
+        """Creates zero-filled variables in the current device and name scope, named by field path."""
+        self.fields = tuple(fields)
+        self.num_rows = num_rows
+        self.variables = [
+            tf.Variable(
+                tf.zeros([num_rows, *field.spec.shape.as_list()], field.spec.dtype),
+                trainable=False,
+                name=_variable_name(field.path),
+            )
+            for field in fields
+        ]
+        self.added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
+        self.extras: dict[str, tf.Variable] = {}
+
+    def extra(self, name: str, initial: Any) -> tf.Variable:
+        """The buffer's extra `name` (see the module): a variable holding `initial`, made in the current scope."""
+        variable = self.extras[name] = tf.Variable(initial, trainable=False, name=_variable_name(name))
+        return variable
+
+    def write(self, rows: Sequence[tf.Tensor], leaves: Sequence[Any]) -> list[Any]:
+        """Writes `leaves[i]` (shaped `rows[i].shape + shape_i`) at `rows[i]`; returns the updates."""
+        return [
+            variable.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(leaf), leaf_rows))
+            for variable, leaf, leaf_rows in zip(self.variables, leaves, rows)
+        ]
+
+    def read(self, rows: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
+        """Gathers `rows` (any shape) from every field (or those numbered in `fields`)."""
+        variables = self.variables if fields is None else [self.variables[i] for i in fields]
+        return [tf.gather(variable, rows) for variable in variables]
+
+
+def _variable_name(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", path).strip("_") or "item"

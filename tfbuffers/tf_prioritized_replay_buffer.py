@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, _sum_tree, prioritized
+from tfbuffers import _episodes, _ring, _sum_tree, prioritized, sampling
 from tfbuffers import state as state_lib
+from tfbuffers._segmented import DerivedSignature
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 _OPS = _ring.TENSORFLOW
@@ -17,16 +19,24 @@ GRAPH_NOT_A_PRIORITY = "priorities: expected finite values >= 0, got (value, ind
 GRAPH_NEVER_STORED = "ids: expected ids of frames stored since the last clear (0 <= id < next id), got (id, next id):"
 
 
+_SIGNATURE = DerivedSignature(
+    TFUniformReplayBuffer.__init__,
+    after="max_length",
+    added=[
+        inspect.Parameter("priority_exponent", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=0.6, annotation="float")
+    ],
+    defaults={"scope": "TFPrioritizedReplayBuffer", "wait_for_writers": True},
+    removed=["sampler"],
+)
+
+
 class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
     """`TFUniformReplayBuffer` whose samples are drawn in proportion to priorities, in the graph.
 
-    A window is drawn with probability proportional to `priority **
-    priority_exponent` of its first frame, among the windows a uniform buffer
-    could draw (one segment, consecutive frames, none past the newest). A priority
-    of 0 means never drawn. New frames get the largest priority given so far
-    (1.0 after construction or `clear`), as in the PER paper. `BufferInfo.probabilities`
-    are the probabilities of the draws; `tfbuffers.importance_weights` turns them
-    into the paper's importance-sampling weights.
+    Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
+    `priority ** priority_exponent`, among the windows a uniform buffer could draw;
+    new frames get the largest priority given so far); `BufferInfo.probabilities`
+    are the probabilities of the draws (see Threads below).
 
     The priorities live in a sum tree of `tf.Variable`s beside the rows
     (`tfbuffers._sum_tree`): a sample of `n` windows and an update of `n`
@@ -56,75 +66,43 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
-    def __init__(
-        self,
-        data_spec: Any,
-        batch_size: int,
-        max_length: int = 1000,
-        priority_exponent: float = 0.6,
-        scope: str = "TFPrioritizedReplayBuffer",
-        device: str = "cpu:*",
-        dataset_drop_remainder: bool = False,
-        dataset_window_shift: int | None = None,
-        stateful_dataset: bool = False,
-        *,
-        episode_boundaries: bool | str = False,
-        wait_for_writers: bool = True,
-    ) -> None:
-        """Creates the buffer and its variables.
+    @_SIGNATURE
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Creates the buffer and its variables: `TFUniformReplayBuffer`'s arguments, and `priority_exponent`.
+
+        `TFPrioritizedReplayBuffer(data_spec, batch_size, max_length=1000, priority_exponent=0.6,
+        scope="TFPrioritizedReplayBuffer", device="cpu:*", ..., *, episode_boundaries=False,
+        wait_for_writers=True)`: every argument of `TFUniformReplayBuffer` but `sampler` (the sampler
+        draws by priority), in its place, under its name and default but for `scope` and
+        `wait_for_writers`.
 
         Args:
-          data_spec: As in `TFUniformReplayBuffer`.
-          batch_size: As in `TFUniformReplayBuffer`.
-          max_length: As in `TFUniformReplayBuffer`.
-          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform
-            over frames of priority above 0, 1: proportional).
-          scope: As in `TFUniformReplayBuffer`.
-          device: As in `TFUniformReplayBuffer`.
-          dataset_drop_remainder: As in `TFUniformReplayBuffer`.
-          dataset_window_shift: As in `TFUniformReplayBuffer`.
-          stateful_dataset: As in `TFUniformReplayBuffer`.
-          episode_boundaries: As in `TFUniformReplayBuffer`.
-          wait_for_writers: As in `TFUniformReplayBuffer`, but on by default: a learner's
-            `update_priorities` inside a `tf.function` is a second graph writer beside a
-            driver's adds, and waits its turn (as the adds wait for it).
+          *args: `data_spec`, `batch_size`, `max_length`, as in `TFUniformReplayBuffer`;
+            `priority_exponent`, alpha: how strongly priorities skew the draws (0: uniform over
+            frames of priority above 0, 1: proportional); then `TFUniformReplayBuffer`'s.
+          **kwargs: Those by name. `wait_for_writers` is on by default here: a learner's
+            `update_priorities` inside a `tf.function` is a second graph writer beside a driver's
+            adds, and waits its turn (as the adds wait for it).
 
         Raises:
           TypeError, ValueError: As `TFUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        priority_exponent = prioritized.check_exponent(priority_exponent)
-        super().__init__(
-            data_spec,
-            batch_size,
-            max_length,
-            scope=scope,
-            device=device,
-            dataset_drop_remainder=dataset_drop_remainder,
-            dataset_window_shift=dataset_window_shift,
-            stateful_dataset=stateful_dataset,
-            wait_for_writers=wait_for_writers,
-            episode_boundaries=episode_boundaries,
-        )
+        options = _SIGNATURE.bind(self, *args, **kwargs)
+        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
+        super().__init__(**options)
         self._priority_exponent = priority_exponent
-        with tf.device(device), tf.name_scope(scope):
-            tree = tf.Variable(_sum_tree.empty(self.capacity), trainable=False, name="sum_tree")
-            priorities = tf.Variable(tf.zeros([self.capacity], tf.float64), trainable=False, name="priorities")
-            largest = tf.Variable(tf.constant(1.0, tf.float64), trainable=False, name="max_priority")
+        with tf.device(self._device), tf.name_scope(self._scope):
+            priorities, largest, tree = prioritized.extras(self._table)
         self._untracked(_tree=tree, _priorities=priorities, _largest=largest)
         self._use_sampler(
-            _sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, lambda: self._tree)
+            sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, lambda: self._tree)
         )
 
     @property
     def priority_exponent(self) -> float:
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
         return self._priority_exponent
-
-    @property
-    def prioritized(self) -> bool:
-        """True: the buffer samples by priority."""
-        return True
 
     def variables(self) -> tuple[tf.Variable, ...]:
         """The buffer's variables: the field tables, the add counter, the priorities and the tree."""

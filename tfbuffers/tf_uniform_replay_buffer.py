@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sampling, _sum_tree, specs
+from tfbuffers import _episodes, _ring, _sum_tree, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
-from tfbuffers._variable_table import VariableTable
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
+from tfbuffers.storage import VariableStorage
 
 _OPS = _ring.TENSORFLOW
 
@@ -100,6 +100,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         *,
         episode_boundaries: bool | str = False,
         wait_for_writers: bool = False,
+        sampler: sampling.SamplerFactory | None = None,
     ) -> None:
         """Creates the buffer and its variables.
 
@@ -135,6 +136,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             for up to 10 s, instead of raising at once. It costs a `tf.cond` on every write
             (about 30% of an in-graph add, measured), so it is off unless several threads
             write inside graphs. Eager writers always take turns.
+          sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
+            tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
+            stored windows by default (`UniformSampler`). Files do not record it: pass it again
+            to `load`.
 
         Raises:
           TypeError: If an argument has the wrong type.
@@ -151,21 +156,20 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             dataset_window_shift=dataset_window_shift,
             stateful_dataset=stateful_dataset,
             episode_boundaries=episode_boundaries,
+            sampler=sampler,
         )
         self._scope = scope
         self._device = device
         self._wait_for_writers = wait_for_writers
         with tf.device(device), tf.name_scope(scope):
-            storage = VariableTable(self._fields, self.capacity)
-            added = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="added")
+            storage = VariableStorage(self._fields, self.capacity)
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
             ends = None
             if self._episodes:  # the adds' record of episode ends (see `tfbuffers._episodes`)
-                empty = _episodes.empty(self.capacity, self._batch_size)
-                ends = _episodes.Near(*(tf.Variable(x, trainable=False, name=n) for x, n in zip(empty, empty._fields)))
+                ends = _episodes.extras(storage, self._batch_size)
         # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
         # episode ends follows from the step types).
-        self._untracked(_table=storage, _added=added, _concurrency=concurrency, _functions={}, _ends=ends)
+        self._untracked(_table=storage, _added=storage.added, _concurrency=concurrency, _functions={}, _ends=ends)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -176,6 +180,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def device(self) -> str:
         """The device of the variables."""
         return self._device
+
+    @property
+    def storage(self) -> VariableStorage:
+        """The variables of the rows, the add counter and the extras (`tfbuffers.storage.VariableStorage`)."""
+        return self._table
 
     @property
     def wait_for_writers(self) -> bool:
@@ -404,7 +413,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
             added = self._added.read_value()
             with tf.control_dependencies([added]):  # what the sampler reads is at least as new
-                sample = self._sampler.sample(_sampling.TENSORFLOW, added, sample_batch_size, num_steps)
+                sample = self._sampler.sample(sampling.TENSORFLOW, added, sample_batch_size, num_steps)
             leaves = self._table.read(sample.rows)
             checked[:] = [sample.valid is not True]
             validity = [sample.valid, sample.invalid_message] if checked[0] else []

@@ -1,17 +1,44 @@
 """Samplers: which windows a sample draws, written once for numpy and TensorFlow.
 
-A sampler turns the add counter into drawn windows: their frame ids, their
-storage rows and the exact probability of each draw. It reads nothing but the
-counter, whatever state of its own it keeps and, with episode boundaries, the
-adds' record of episode ends and the step-type column (`Sampler.near`,
-`Sampler.step_types`), so a buffer swaps its sampler
-without touching storage, locking or datasets: the TF buffer calls it inside its
-lock-free checked read, the py buffer under its lock, and both buffers'
-`as_dataset` through those same reads.
+A sampler turns the add counter into drawn windows: their frame ids, their storage rows and the exact
+probability of each draw. It reads nothing but the counter, whatever state of its own it keeps and, with
+episode boundaries, the adds' record of episode ends and the step-type column (`Sampler.near`,
+`Sampler.step_types`), so a buffer swaps its sampler without touching storage, locking or datasets: the TF
+buffer calls it inside its lock-free checked read, the py buffer under its lock, and both buffers'
+`get_next`, `as_dataset` and tf.function calls through those same reads.
 
-The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the
-ring arithmetic of `tfbuffers._ring` takes its ops namespace; a prioritized
-sampler is one more `Sampler` subclass over the same backends.
+The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the ring arithmetic of
+`tfbuffers._ring` takes its ops namespace: one definition serves both kinds of buffer.
+
+`TFUniformReplayBuffer` and `PyUniformReplayBuffer` take any sampler: `sampler=` a callable
+`(buffer_name, batch_size, max_length) -> Sampler` (a `Sampler` subclass itself, for example; the
+default is `UniformSampler`). The prioritized buffers use `PrioritizedSampler` over their sum tree. A
+sampler of the newest frames only, for example (docs/development.md goes through it):
+
+>>> import numpy as np, tensorflow as tf
+>>> from tfbuffers import PyUniformReplayBuffer, TFUniformReplayBuffer
+>>> class NewestAdds(Sampler):  # uniform over the windows that start in each segment's newest 2 adds
+...     keeps_episode_boundaries = False
+...     def sample(self, backend, added, sample_batch_size, num_steps):
+...         shape = [] if sample_batch_size is None else [sample_batch_size]
+...         first, windows, checks = self.stored_windows(backend, added, num_steps)
+...         low = backend.ops.maximum(first, first + windows - 2 * self.batch_size)
+...         count = first + windows - low  # the windows' first ids are low .. first + windows - 1
+...         starts = backend.uniform_integers(shape + [1], low, first + windows, checks)
+...         ids = starts + backend.ops.arange(num_steps or 1, self.batch_size)
+...         ids = ids if num_steps else ids[..., 0]
+...         rows = ids % (self.max_length * self.batch_size)  # tfbuffers._ring's layout
+...         return Sample(ids, rows, backend.full_inverse(shape, count))
+>>> for buffer in (PyUniformReplayBuffer({"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4,
+...                                      sampler=NewestAdds, seed=0),
+...                TFUniformReplayBuffer({"x": tf.TensorSpec([], tf.int64)}, batch_size=2, max_length=4,
+...                                      sampler=NewestAdds)):
+...     for t in range(6):
+...         _ = buffer.add_batch({"x": np.array([t, 100 + t])})
+...     items, info = buffer.get_next(sample_batch_size=50)
+...     print(sorted(set(np.asarray(items["x"]).tolist())), float(np.asarray(info.probabilities)[0]))
+[4, 5, 104, 105] 0.25
+[4, 5, 104, 105] 0.25
 """
 
 from __future__ import annotations
@@ -33,6 +60,13 @@ NO_PRIORITY = (
 NO_EPISODE_WINDOW = (
     "{buffer}: no stored window of {num_steps} frames lies within one episode (episode_boundaries is on): "
     "add frames, or sample fewer steps"
+)
+NOT_A_SAMPLER = (
+    "sampler: expected a callable (buffer_name, batch_size, max_length) -> tfbuffers.sampling.Sampler, got {received}"
+)
+NO_EPISODES = (
+    "sampler: {sampler} does not keep episode boundaries (keeps_episode_boundaries is False); expected "
+    "episode_boundaries=False with it, or a sampler that keeps them"
 )
 NOT_ENOUGH_FRAMES = (
     "num_steps: expected at most the frames one segment holds, got {num_steps}: {buffer} holds fewer than "
@@ -215,25 +249,37 @@ class Sampler(abc.ABC):
     near: Callable[[], _episodes.Near] | None = None
     """Returns the adds' record of episode ends (see `tfbuffers._episodes`), with `step_types`."""
 
+    keeps_episode_boundaries = True
+    """Whether its draws honour `step_types` and `near` (a buffer with `episode_boundaries` refuses one that
+    does not)."""
+    prioritized = False
+    """Whether it draws by priority (the buffer then has `update_priorities` to set them)."""
+
     def __init__(self, buffer_name: str, batch_size: int, max_length: int) -> None:
         """A sampler for a ring of `batch_size` segments of `max_length` rows; errors name `buffer_name`."""
-        self._buffer_name = buffer_name
-        self._batch_size = batch_size
-        self._max_length = max_length
+        self.buffer_name = buffer_name
+        self.batch_size = batch_size  # the ring's segments
+        self.max_length = max_length  # rows per segment
 
-    def _require_windows(self, backend: Backend, added: Any, num_steps: int | None) -> tuple[Any, Any, list[Any]]:
-        """The stored windows of `num_steps` (first id, count: `_ring.stored_windows`), and checks that one is."""
-        first, windows = _ring.stored_windows(backend.ops, added, self._max_length, self._batch_size, num_steps or 1)
-        empty = EMPTY.format(buffer=self._buffer_name)
+    def stored_windows(self, backend: Backend, added: Any, num_steps: int | None) -> tuple[Any, Any, list[Any]]:
+        """The stored windows of `num_steps` frames, and the checks that there is one.
+
+        Returns `(first, count, checks)`: windows start at frame ids `first .. first + count - 1`
+        (consecutive ids, every segment's), and `checks` refuse an empty ring or one with fewer than
+        `num_steps` frames per segment, naming the buffer (numpy raises at once; in TensorFlow, pass them
+        as the `after` of the draw).
+        """
+        first, windows = _ring.stored_windows(backend.ops, added, self.max_length, self.batch_size, num_steps or 1)
+        empty = EMPTY.format(buffer=self.buffer_name)
         if num_steps is None or num_steps == 1:
             return first, windows, [backend.require(windows > 0, empty)]
-        too_few = NOT_ENOUGH_FRAMES.format(buffer=self._buffer_name, num_steps=num_steps)
+        too_few = NOT_ENOUGH_FRAMES.format(buffer=self.buffer_name, num_steps=num_steps)
         return first, windows, [backend.require(windows > 0, backend.select(added > 0, too_few, empty))]
 
     def _windows_from(self, backend: Backend, first_rows: Any, added: Any, num_steps: int | None) -> tuple[Any, Any]:
         """Ids and rows of the windows whose first frames are at storage rows `first_rows`."""
-        first = _ring.ids_of_rows(backend.ops, first_rows, added, self._max_length, self._batch_size)
-        ids, rows = _ring.window_ids_and_rows(backend.ops, first, self._max_length, self._batch_size, num_steps or 1)
+        first = _ring.ids_of_rows(backend.ops, first_rows, added, self.max_length, self.batch_size)
+        ids, rows = _ring.window_ids_and_rows(backend.ops, first, self.max_length, self.batch_size, num_steps or 1)
         if num_steps is None:
             return ids[..., 0], rows[..., 0]
         return ids, rows
@@ -256,9 +302,9 @@ class Sampler(abc.ABC):
         """
         ops = backend.ops
         adds = added - 1 - ops.arange(num_steps - 1)
-        segments = ops.arange(self._batch_size)
-        rows = backend.reshape((adds % self._max_length)[:, None] * self._batch_size + segments[None, :], [-1])
-        stored = (adds >= _ring.oldest_add(ops, added, self._max_length))[:, None] & (segments[None, :] >= 0)
+        segments = ops.arange(self.batch_size)
+        rows = backend.reshape((adds % self.max_length)[:, None] * self.batch_size + segments[None, :], [-1])
+        stored = (adds >= _ring.oldest_add(ops, added, self.max_length))[:, None] & (segments[None, :] >= 0)
         stored = backend.reshape(stored, [-1])
         distance = backend.tree.gather(record.distance, rows)
         counted = stored & (distance >= 1) & (distance < num_steps)
@@ -284,12 +330,12 @@ class Sampler(abc.ABC):
         return backend.cast(bound / backend.tree.maximum(share, 0.125), np.int64) + 1
 
     def _no_window(self, num_steps: int | None) -> str:
-        return NO_EPISODE_WINDOW.format(buffer=self._buffer_name, num_steps=num_steps)
+        return NO_EPISODE_WINDOW.format(buffer=self.buffer_name, num_steps=num_steps)
 
     def _valid_starts(self, backend: Backend, added: Any, num_steps: int) -> Any:
         step_types = self.step_types
         assert step_types is not None  # set with `near`
-        return valid_window_starts(backend, step_types(), added, self._max_length, self._batch_size, num_steps)
+        return valid_window_starts(backend, step_types(), added, self.max_length, self.batch_size, num_steps)
 
     @abc.abstractmethod
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
@@ -299,6 +345,26 @@ class Sampler(abc.ABC):
         if the ring is empty or holds no window of `num_steps` frames (within one
         episode, with episode boundaries).
         """
+
+
+SamplerFactory = Callable[[str, int, int], Sampler]
+"""What `sampler=` takes: `(buffer_name, batch_size, max_length) -> Sampler` (a `Sampler` subclass, say)."""
+
+
+def make(factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_length: int) -> Sampler:
+    """The sampler `factory` makes (a `UniformSampler` for None), checked to be a `Sampler`.
+
+    Raises:
+      TypeError: Naming `sampler`, if `factory` is not callable or makes something else.
+    """
+    if factory is None:
+        return UniformSampler(buffer_name, batch_size, max_length)
+    if not callable(factory):
+        raise TypeError(NOT_A_SAMPLER.format(received=f"{type(factory).__name__} {factory!r}"))
+    made = factory(buffer_name, batch_size, max_length)
+    if not isinstance(made, Sampler):
+        raise TypeError(NOT_A_SAMPLER.format(received=f"a factory that made {type(made).__name__}"))
+    return made
 
 
 def _choose(backend: Backend, enough: Any, from_draws: Callable[[], Any], in_one_pass: Callable[[], Any]) -> Any:
@@ -314,14 +380,14 @@ class UniformSampler(Sampler):
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
-        first, windows, checks = self._require_windows(backend, added, num_steps)
+        first, windows, checks = self.stored_windows(backend, added, num_steps)
         steps, wanted = num_steps or 1, 1 if sample_batch_size is None else sample_batch_size
         if not self._episodes_apply(num_steps):
             # The windows' first frames drawn as ids, with a time axis unless num_steps is None: a few ops in all.
             ids = backend.uniform_integers(shape + ([] if num_steps is None else [1]), first, first + windows, checks)
             if steps > 1:
-                ids = ids + backend.ops.arange(steps, self._batch_size)
-            rows = _ring.rows_of_ids(ids, self._max_length, self._batch_size)
+                ids = ids + backend.ops.arange(steps, self.batch_size)
+            rows = _ring.rows_of_ids(ids, self.max_length, self.batch_size)
             return Sample(ids, rows, backend.full_inverse(shape, windows))  # windows > 0 once the checks passed
 
         def in_one_pass() -> tuple[Any, Any]:
@@ -332,7 +398,7 @@ class UniformSampler(Sampler):
             draws = backend.uniform_integers([wanted], 0, backend.ops.maximum(running[-1], 1), checks)
             # Draw k lands on the row of the k-th valid window: the first row whose running count exceeds k.
             first_rows = backend.searchsorted(running, draws)
-            return backend.ops.minimum(first_rows, self._batch_size * self._max_length - 1), running[-1]
+            return backend.ops.minimum(first_rows, self.batch_size * self.max_length - 1), running[-1]
 
         record = self._record(steps)
         if record is None:
@@ -346,7 +412,7 @@ class UniformSampler(Sampler):
                 backend.require(count > 0, self._no_window(num_steps))
             share = backend.cast(count, np.float64) / backend.cast(backend.ops.maximum(windows, 1), np.float64)
             draws = backend.uniform_integers([self._draw_count(backend, wanted, share)], first, first + windows, checks)
-            candidates = _ring.rows_of_ids(draws, self._max_length, self._batch_size)
+            candidates = _ring.rows_of_ids(draws, self.max_length, self.batch_size)
             kept = self._kept_draws(backend, record, candidates, steps)
             chosen = backend.boolean_mask(candidates, kept)
             enough = backend.sum(backend.cast(kept, np.int64)) >= wanted
@@ -369,6 +435,8 @@ class PrioritizedSampler(Sampler):
     `near`'s, and draws from the tree are kept where they cross no boundary.
     """
 
+    prioritized = True
+
     def __init__(self, buffer_name: str, batch_size: int, max_length: int, tree: Callable[[], Any]) -> None:
         """As `Sampler`; `tree()` returns the buffer's current tree (an array, or a variable in TensorFlow)."""
         super().__init__(buffer_name, batch_size, max_length)
@@ -377,17 +445,17 @@ class PrioritizedSampler(Sampler):
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`. Also fails if every window that can be drawn has priority 0."""
         shape = [] if sample_batch_size is None else [sample_batch_size]
-        _, windows, checks = self._require_windows(backend, added, num_steps)
-        tree, capacity = self._tree(), self._batch_size * self._max_length
+        _, windows, checks = self.stored_windows(backend, added, num_steps)
+        tree, capacity = self._tree(), self.batch_size * self.max_length
         newest = backend.ops.minimum((num_steps or 1) - 1, added)  # adds whose windows would run past the newest
-        masked_rows = _ring.block_start(added - newest, self._max_length, self._batch_size)
+        masked_rows = _ring.block_start(added - newest, self.max_length, self.batch_size)
         leaf_mask = (
             None
             if (num_steps or 1) == 1
-            else _sum_tree.mask(backend.tree, tree, capacity, masked_rows, newest * self._batch_size)
+            else _sum_tree.mask(backend.tree, tree, capacity, masked_rows, newest * self.batch_size)
         )
         total, positive = _sum_tree.unmasked_total(backend.tree, tree, leaf_mask)
-        no_priority = NO_PRIORITY.format(buffer=self._buffer_name)
+        no_priority = NO_PRIORITY.format(buffer=self.buffer_name)
         if self._episodes_apply(num_steps):
             totals = (total, positive, leaf_mask)
             return self._sample_episodes(backend, added, shape, num_steps or 1, checks, windows, totals)
@@ -405,7 +473,7 @@ class PrioritizedSampler(Sampler):
         self, backend: Backend, tree: Any, shape: list[int], checks: list[Any], total: Any, leaf_mask: Any
     ) -> Any:
         """Leaves drawn in proportion to their weights, none in `leaf_mask` (a descent that leaves it out)."""
-        capacity = self._batch_size * self._max_length
+        capacity = self.batch_size * self.max_length
         # Within the leaves even on a torn read (a concurrent clear or update), which is then read again.
         return backend.ops.minimum(backend.draw_leaves(tree, capacity, shape, checks, total, leaf_mask), capacity - 1)
 
@@ -430,7 +498,7 @@ class PrioritizedSampler(Sampler):
         that leaves the mask out. Each draw kept follows the unmasked leaves' weights exactly. The mask (the
         newest adds) seldom holds much weight: the redraws, behind a `tf.cond`, rarely run.
         """
-        capacity = self._batch_size * self._max_length
+        capacity = self.batch_size * self.max_length
         root = backend.tree.gather(tree, 1)[_sum_tree.SUM]
         with tf.control_dependencies(checks):
             # Every uniform drawn here, not in the cond's branches: a branch's random op may get the same seed
@@ -470,9 +538,9 @@ class PrioritizedSampler(Sampler):
         windows: Any,
         totals: tuple[Any, Any, Any],
     ) -> Sample:
-        tree, capacity = self._tree(), self._batch_size * self._max_length
+        tree, capacity = self._tree(), self.batch_size * self.max_length
         leaves, wanted = _sum_tree.leaf_count(capacity), shape[0] if shape else 1
-        no_window, no_priority = self._no_window(steps), NO_PRIORITY.format(buffer=self._buffer_name)
+        no_window, no_priority = self._no_window(steps), NO_PRIORITY.format(buffer=self.buffer_name)
 
         def in_one_pass() -> tuple[Any, ...]:
             valid = self._valid_starts(backend, added, steps)

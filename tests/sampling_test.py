@@ -1,0 +1,103 @@
+"""The sampler seam: a sampler written here draws for the TF and py buffers through `sampler=`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import SPEC, batch, fill, make, to_numpy
+
+import tfbuffers
+from tfbuffers import sampling
+
+NEWEST = 2
+
+
+class NewestAdds(sampling.Sampler):
+    """Uniform over the windows that start in each segment's newest `NEWEST` adds (no episode boundaries)."""
+
+    keeps_episode_boundaries = False
+
+    def sample(self, backend, added, sample_batch_size, num_steps):
+        shape = [] if sample_batch_size is None else [sample_batch_size]
+        first, windows, checks = self.stored_windows(backend, added, num_steps)
+        low = backend.ops.maximum(first, first + windows - NEWEST * self.batch_size)
+        starts = backend.uniform_integers([*shape, 1], low, first + windows, checks)
+        ids = starts + backend.ops.arange(num_steps or 1, self.batch_size)
+        ids = ids if num_steps else ids[..., 0]
+        rows = ids % (self.max_length * self.batch_size)
+        return sampling.Sample(ids, rows, backend.full_inverse(shape, first + windows - low))
+
+
+@pytest.fixture(params=["tf", "py"])
+def name(request):
+    tf.random.set_seed(7)
+    return request.param
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_a_sampler_written_here_draws_for_both_buffers_eagerly_and_in_graphs(name, in_function):
+    buffer = make(name, batch_size=3, max_length=5, sampler=NewestAdds)
+    assert type(buffer.sampler) is NewestAdds
+    assert (buffer.sampler.buffer_name, buffer.sampler.batch_size, buffer.sampler.max_length) == (
+        type(buffer).__name__,
+        3,
+        5,
+    )
+    fill(buffer, 7)  # adds 0..6; windows of 2 that start at adds 4 and 5 (add 6 starts none)
+    get_next = tf.function(buffer.get_next) if in_function else buffer.get_next
+    items, info = get_next(sample_batch_size=300, num_steps=2)
+    ids = to_numpy(info.ids)
+    assert ids.shape == (300, 2)
+    assert set((ids[:, 0] // 3).tolist()) == {4, 5}
+    assert set((ids[:, 0] % 3).tolist()) == {0, 1, 2}
+    np.testing.assert_array_equal(ids[:, 1], ids[:, 0] + 3)
+    codes = to_numpy(items["step"])
+    np.testing.assert_array_equal(codes, 1000 * (ids % 3) + ids // 3)  # the frames of those ids
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([300], np.float32(1 / 6)))
+    single, info = get_next(sample_batch_size=200)
+    assert set(to_numpy(single["step"]).tolist()) == {5, 6, 1005, 1006, 2005, 2006}
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([200], np.float32(1 / 6)))
+
+
+def test_a_sampler_written_here_draws_for_datasets(name):
+    buffer = make(name, batch_size=3, max_length=5, sampler=NewestAdds)
+    fill(buffer, 9)
+    items, info = next(iter(buffer.as_dataset(sample_batch_size=100, num_steps=3)))
+    assert set((to_numpy(info.ids)[:, 0] // 3).tolist()) == {5, 6}
+    np.testing.assert_array_equal(to_numpy(items["step"])[:, 2] % 1000, to_numpy(info.ids)[:, 0] // 3 + 2)
+
+
+def test_a_loaded_buffer_takes_its_sampler_again(name, tmp_path):
+    buffer = make(name, batch_size=3, max_length=5, sampler=NewestAdds)
+    fill(buffer, 7)
+    assert "sampler" not in buffer.constructor_options()
+    loaded = type(buffer).load(buffer.save(tmp_path / "b.safetensors"), sampler=NewestAdds)
+    _, info = loaded.get_next(sample_batch_size=100)
+    assert set((to_numpy(info.ids) // 3).tolist()) == {5, 6}
+
+
+def test_episode_boundaries_refuse_a_sampler_that_does_not_keep_them(name):
+    with pytest.raises(ValueError, match="sampler: NewestAdds does not keep episode boundaries"):
+        make(name, batch_size=3, max_length=5, sampler=NewestAdds, episode_boundaries="step")
+
+
+@pytest.mark.parametrize(
+    ("sampler", "message"),
+    [
+        ("newest", r"sampler: expected a callable \(buffer_name, batch_size, max_length\) -> .*Sampler, got str"),
+        (lambda *args: None, "sampler: expected a callable .*, got a factory that made NoneType"),
+    ],
+)
+def test_a_wrong_sampler_is_refused_naming_it(name, sampler, message):
+    with pytest.raises(TypeError, match=message):
+        make(name, batch_size=3, max_length=5, sampler=sampler)
+
+
+def test_the_default_sampler_is_uniform_and_a_sampler_is_no_option_of_the_prioritized_buffers():
+    buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=3, max_length=5, sampler=sampling.UniformSampler)
+    buffer.add_batch(batch(3, 0))
+    _, info = buffer.get_next(sample_batch_size=4)
+    np.testing.assert_array_equal(info.probabilities, np.full([4], np.float32(1 / 3)))
+    with pytest.raises(TypeError, match="sampler"):
+        tfbuffers.PyPrioritizedReplayBuffer(SPEC, batch_size=3, max_length=5, sampler=NewestAdds)
