@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _sum_tree
+from tfbuffers import _ring, _sum_tree
 from tfbuffers import state as state_lib
 
 PRIORITY = "priority"
@@ -123,6 +123,32 @@ def check_update(ids: Any, priorities: Any, next_id: int | None) -> tuple[np.nda
     if bad.size:
         raise ValueError(NEVER_STORED.format(next_id=next_id, value=ids[bad[0]], index=int(bad[0])))
     return ids, priorities
+
+
+def stored_updates(
+    backend: Any, ids: Any, priorities: Any, added: Any, max_length: int, batch_size: int
+) -> tuple[Any, Any, Any]:
+    """What `update_priorities` sets, once its arguments are checked: numpy, or tensors in the graph.
+
+    Args:
+      backend: A `tfbuffers.sampling.Backend` (numpy or TensorFlow).
+      ids: Checked frame ids, 1-D int64, each below `added * batch_size`.
+      priorities: Their priorities, 1-D float64.
+      added: The add counter, read in the writers' lock.
+      max_length: Frames per segment.
+      batch_size: Segments.
+
+    Returns:
+      `(rows, values, skipped)`: the storage rows of the frames still stored, each once with its last
+      priority (an id given twice takes its last), and how many ids were skipped (overwritten since).
+    """
+    adds = ids // batch_size
+    stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added)
+    kept = backend.boolean_mask(ids, stored)
+    rows, values = backend.tree.last_of_each(
+        _ring.rows_of_ids(kept, max_length, batch_size), backend.boolean_mask(priorities, stored)
+    )
+    return rows, values, backend.size(ids) - backend.size(kept)
 
 
 def importance_weights(probabilities: Any, num_frames: Any, beta: float) -> Any:

@@ -117,13 +117,13 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             self._check_open()
             added = self._table.added
             ids, priorities = prioritized.check_update(ids, priorities, added * self._batch_size)
-            stored = ids // self._batch_size >= _ring.oldest_add(_ring.NUMPY, added, self._max_length)
-            rows = _ring.rows_of_ids(ids[stored], self._max_length, self._batch_size)
-            rows, values = _sum_tree.NUMPY.last_of_each(rows, priorities[stored])
+            rows, values, skipped = prioritized.stored_updates(
+                self._backend, ids, priorities, added, self._max_length, self._batch_size
+            )
             self._set_locked(rows, values)
             if values.size and values.max() > self._max_priority:
                 self._set_max_priority(float(values.max()))
-        return np.int64(ids.size - np.count_nonzero(stored))
+        return np.int64(skipped)
 
     def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         self._priorities[rows] = priorities

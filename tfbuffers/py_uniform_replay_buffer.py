@@ -14,20 +14,14 @@ from tfbuffers import _episodes, _ring, host, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, keep_alive, optional_positive_int, positive_int
-from tfbuffers.storage import FrameStackTable, NumpyTable, Storage, StorageFactory
+from tfbuffers.storage import Storage, StorageFactory
+from tfbuffers.storage import make as make_storage
 
 _OPS = _ring.NUMPY
 
-NOT_A_STORAGE = "storage: expected a callable (fields, num_rows) -> tfbuffers.storage.Storage, got {received}"
-STORAGE_AND_STACKS = "storage: expected None with frame_stacks (frame stacks are a storage of their own), got both"
 NO_SIZE = "capacity or max_length: expected at least one, got neither"
 CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
 CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
-FRAME_STACKS = (
-    "frame_stacks: expected None, a field's nest path, a list of paths or a dict of path to stacking axis, "
-    "paths among {paths}; got {received}"
-)
-FRAME_STACK_AXIS = "frame_stacks: field {path}: expected an axis of its shape {shape}, got {axis!r}"
 
 
 class PyUniformReplayBuffer(SegmentedReplayBuffer):
@@ -147,10 +141,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         )
         self._lock = threading.Lock()
         self._frame_stacks = frame_stacks
-        stacks = _frame_stack_axes(self._fields, frame_stacks)
-        if stacks and storage is not None:
-            raise ValueError(STORAGE_AND_STACKS)
-        self._table = _make_storage(storage, self._fields, self.capacity, stacks)
+        self._table = make_storage(storage, self._fields, self.capacity, frame_stacks)
         self._rng = np.random.default_rng(seed)
         self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
@@ -411,40 +402,3 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
         chosen = self._fields if fields is None else [self._fields[i] for i in fields]
         return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
-
-
-def _make_storage(
-    storage: StorageFactory | None, fields: Sequence[specs.Field], num_rows: int, stacks: dict[int, int]
-) -> Storage:
-    if stacks:
-        return FrameStackTable(fields, num_rows, stacks)
-    if storage is None:
-        return NumpyTable(fields, num_rows)
-    if not callable(storage):
-        raise TypeError(NOT_A_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
-    made = storage(fields, num_rows)
-    if not isinstance(made, Storage):
-        raise TypeError(NOT_A_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
-    return made
-
-
-def _frame_stack_axes(fields: Sequence[specs.Field], option: Any) -> dict[int, int]:
-    """Field index -> non-negative stacking axis of the `frame_stacks` option; raises naming what is wrong."""
-    paths = [field.path for field in fields]
-    if option is None:
-        return {}
-    if isinstance(option, str):
-        option = {option: -1}
-    elif isinstance(option, Sequence) and option and all(isinstance(path, str) for path in option):
-        option = {path: -1 for path in option}
-    elif not isinstance(option, Mapping) or not option:
-        raise TypeError(FRAME_STACKS.format(paths=paths, received=f"{type(option).__name__} {option!r}"))
-    axes = {}
-    for path, axis in option.items():
-        if path not in paths:
-            raise ValueError(FRAME_STACKS.format(paths=paths, received=f"path {path!r}"))
-        shape = fields[paths.index(path)].spec.shape
-        if isinstance(axis, bool) or not isinstance(axis, int) or not -shape.rank <= axis < shape.rank:
-            raise ValueError(FRAME_STACK_AXIS.format(path=path, shape=shape, axis=axis))
-        axes[paths.index(path)] = axis % shape.rank
-    return axes

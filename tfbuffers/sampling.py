@@ -111,6 +111,8 @@ class Backend(NamedTuple):
     """`(x, mask)`: the entries of `x` where `mask` (1-D) is True."""
     sum: Callable[[Any], Any]
     """`(x)`: the sum along axis 0 (0 for none)."""
+    size: Callable[[Any], Any]
+    """`(x)`: the number of elements (an int, or an int64 scalar in TensorFlow)."""
 
 
 def _tf_uniform_integers(shape: list[int], low: Any, high: Any, after: list[Any]) -> tf.Tensor:
@@ -153,6 +155,7 @@ TENSORFLOW = Backend(
     cast=lambda x, dtype: tf.cast(x, tf.as_dtype(dtype)),
     boolean_mask=tf.boolean_mask,
     sum=lambda x: tf.reduce_sum(x, axis=0),
+    size=lambda x: tf.size(x, out_type=tf.int64),
 )
 
 
@@ -182,6 +185,7 @@ def numpy_backend(rng: np.random.Generator) -> Backend:
         cast=lambda x, dtype: np.asarray(x, dtype),
         boolean_mask=lambda x, mask: x[mask],
         sum=lambda x: np.sum(x, axis=0),
+        size=np.size,
     )
 
 

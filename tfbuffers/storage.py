@@ -52,6 +52,14 @@ import tensorflow as tf
 from tfbuffers.frames import FrameBuffer
 from tfbuffers.specs import Field
 
+NOT_A_STORAGE = "storage: expected a callable (fields, num_rows) -> tfbuffers.storage.Storage, got {received}"
+STORAGE_AND_STACKS = "storage: expected None with frame_stacks (frame stacks are a storage of their own), got both"
+FRAME_STACKS = (
+    "frame_stacks: expected None, a field's nest path, a list of paths or a dict of path to stacking axis, "
+    "paths among {paths}; got {received}"
+)
+FRAME_STACK_AXIS = "frame_stacks: field {path}: expected an axis of its shape {shape}, got {axis!r}"
+
 
 class Storage(abc.ABC):
     """`num_rows` rows of every field of a data spec, and the add counter `added` (see the module).
@@ -302,3 +310,46 @@ class VariableStorage:
 
 def _variable_name(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-/]", "_", path).strip("_") or "item"
+
+
+def make(storage: StorageFactory | None, fields: Sequence[Field], num_rows: int, frame_stacks: Any = None) -> Storage:
+    """The storage of a py buffer's `storage=` and `frame_stacks=` (see `PyUniformReplayBuffer`), checked.
+
+    Raises:
+      TypeError, ValueError: Naming the option, if either is not what the py buffers take, or both are given.
+    """
+    stacks = frame_stack_axes(fields, frame_stacks)
+    if stacks and storage is not None:
+        raise ValueError(STORAGE_AND_STACKS)
+    if stacks:
+        return FrameStackTable(fields, num_rows, stacks)
+    if storage is None:
+        return NumpyTable(fields, num_rows)
+    if not callable(storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
+    made = storage(fields, num_rows)
+    if not isinstance(made, Storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
+    return made
+
+
+def frame_stack_axes(fields: Sequence[Field], option: Any) -> dict[int, int]:
+    """Field index -> non-negative stacking axis of the `frame_stacks` option; raises naming what is wrong."""
+    paths = [field.path for field in fields]
+    if option is None:
+        return {}
+    if isinstance(option, str):
+        option = {option: -1}
+    elif isinstance(option, Sequence) and option and all(isinstance(path, str) for path in option):
+        option = {path: -1 for path in option}
+    elif not isinstance(option, Mapping) or not option:
+        raise TypeError(FRAME_STACKS.format(paths=paths, received=f"{type(option).__name__} {option!r}"))
+    axes = {}
+    for path, axis in option.items():
+        if path not in paths:
+            raise ValueError(FRAME_STACKS.format(paths=paths, received=f"path {path!r}"))
+        shape = fields[paths.index(path)].spec.shape
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -shape.rank <= axis < shape.rank:
+            raise ValueError(FRAME_STACK_AXIS.format(path=path, shape=shape, axis=axis))
+        axes[paths.index(path)] = axis % shape.rank
+    return axes

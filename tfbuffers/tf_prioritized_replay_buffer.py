@@ -173,10 +173,9 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
 
             def write() -> tuple[list[Any], tf.Tensor]:
                 added = self._added.read_value()
-                adds = ids // self._batch_size
-                stored = (adds >= _ring.oldest_add(_OPS, added, self._max_length)) & (adds < added)
-                rows = _ring.rows_of_ids(tf.boolean_mask(ids, stored), self._max_length, self._batch_size)
-                rows, values = _sum_tree.TENSORFLOW.last_of_each(rows, tf.boolean_mask(priorities, stored))
+                rows, values, skipped = prioritized.stored_updates(
+                    sampling.TENSORFLOW, ids, priorities, added, self._max_length, self._batch_size
+                )
 
                 def update() -> list[Any]:
                     moved = self._ends_reweighted(rows, values)  # reads the old weights first
@@ -189,7 +188,6 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
                             ),
                         ]
 
-                skipped = tf.size(ids, out_type=tf.int64) - tf.math.count_nonzero(stored, dtype=tf.int64)
                 return self._concurrency.rewrite(update), skipped
 
             return self._concurrency.exclusive(
