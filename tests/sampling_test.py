@@ -94,6 +94,18 @@ def test_a_wrong_sampler_is_refused_naming_it(name, sampler, message):
         make(name, batch_size=3, max_length=5, sampler=sampler)
 
 
+def test_a_uniform_buffer_refuses_a_prioritized_sampler(name):
+    def prioritized(buffer_name, batch_size, max_length):
+        return sampling.PrioritizedSampler(buffer_name, batch_size, max_length, lambda: None)
+
+    with pytest.raises(
+        ValueError,
+        match="sampler: expected a sampler that draws without priorities .*, got "
+        "PrioritizedSampler, which is prioritized: use TFPrioritizedReplayBuffer or ",
+    ):
+        make(name, batch_size=3, max_length=5, sampler=prioritized)
+
+
 def test_the_default_sampler_is_uniform_and_a_sampler_is_no_option_of_the_prioritized_buffers():
     buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=3, max_length=5, sampler=sampling.UniformSampler)
     buffer.add_batch(batch(3, 0))

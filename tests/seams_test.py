@@ -180,9 +180,14 @@ def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones
         True,
     )
     assert buffer.wait_for_writers is True
-    with pytest.raises(TypeError, match="unexpected keyword argument 'sampler'"):
+    with pytest.raises(TypeError) as raised:
         tfbuffers.PyPrioritizedReplayBuffer(spec, 8, sampler=None)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'storage'"):
+    assert str(raised.value) == (
+        "PyPrioritizedReplayBuffer: got an unexpected keyword argument 'sampler'; expected arguments among "
+        "['data_spec', 'capacity', 'batch_size', 'max_length', 'priority_exponent', 'seed', 'dataset_drop_remainder', "
+        "'dataset_window_shift', 'stateful_dataset', 'episode_boundaries', 'frame_stacks', 'storage']"
+    )
+    with pytest.raises(TypeError, match=r"^PyHashedReplayBuffer: got an unexpected keyword argument 'storage'; "):
         tfbuffers.PyHashedReplayBuffer(spec, 8, storage=None)
-    with pytest.raises(TypeError, match="too many positional arguments"):
+    with pytest.raises(TypeError, match=r"^PyPrioritizedReplayBuffer: too many positional arguments; expected "):
         tfbuffers.PyPrioritizedReplayBuffer(spec, 8, 2)

@@ -78,3 +78,24 @@ def test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage
         np.testing.assert_array_equal(buffer.state().extras["priority"], value["priority"])
     buffer.clear()
     assert np.asarray(extras["episodes/last_end"]).tolist() == [-1, -1]
+
+
+def test_the_tf_buffers_variables_are_their_storages_in_the_order_made():
+    spec = {"x": tf.TensorSpec([], tf.int64), "step_type": tf.TensorSpec([], tf.int32)}
+    buffer = tfbuffers.TFPrioritizedReplayBuffer(spec, 2, 3, scope="rb", episode_boundaries=True)
+    assert [v.name for v in buffer.variables()] == [
+        "rb/step_type:0",
+        "rb/x:0",
+        "rb/added:0",
+        "rb/episodes/distance:0",
+        "rb/episodes/near:0",
+        "rb/episodes/last_end:0",
+        "rb/priority:0",
+        "rb/max_priority:0",
+        "rb/sum_tree:0",
+    ]
+    # rows 6 * (8 + 4), counter 8, distance 7 * 1, near 17 * 3 * 8, last_end 2 * 8, priority 6 * 8, max 8,
+    # sum tree 2 * 8 leaves * 2 * 8
+    assert buffer.nbytes == 72 + 8 + 7 + 408 + 16 + 48 + 8 + 256
+    buffer.close()
+    assert buffer.variables() == ()

@@ -457,9 +457,14 @@ class DerivedSignature:
         """Every argument of a call by name, defaults filled in (`self` left out).
 
         Raises:
-          TypeError: As Python does for a call that does not fit the signature.
+          TypeError: For a call that does not fit the signature: Python's reason (the argument), then
+            the arguments the class takes.
         """
-        bound = self.signature.bind(*args, **kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as error:
+            taken = [name for name in self.signature.parameters if name != "self"]
+            raise TypeError(f"{type(args[0]).__name__}: {error}; expected arguments among {taken}") from None
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         del arguments["self"]

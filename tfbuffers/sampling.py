@@ -64,6 +64,10 @@ NO_EPISODE_WINDOW = (
 NOT_A_SAMPLER = (
     "sampler: expected a callable (buffer_name, batch_size, max_length) -> tfbuffers.sampling.Sampler, got {received}"
 )
+PRIORITIZED_SAMPLER = (
+    "sampler: expected a sampler that draws without priorities (a uniform buffer keeps none), got {sampler}, "
+    "which is prioritized: use TFPrioritizedReplayBuffer or PyPrioritizedReplayBuffer"
+)
 NO_EPISODES = (
     "sampler: {sampler} does not keep episode boundaries (keeps_episode_boundaries is False); expected "
     "episode_boundaries=False with it, or a sampler that keeps them"
@@ -356,10 +360,11 @@ SamplerFactory = Callable[[str, int, int], Sampler]
 
 
 def make(factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_length: int) -> Sampler:
-    """The sampler `factory` makes (a `UniformSampler` for None), checked to be a `Sampler`.
+    """The sampler `factory` makes for a uniform buffer (a `UniformSampler` for None), checked.
 
     Raises:
-      TypeError: Naming `sampler`, if `factory` is not callable or makes something else.
+      TypeError: Naming `sampler`, if `factory` is not callable or makes something else than a `Sampler`.
+      ValueError: Naming `sampler`, if it makes a prioritized one (the uniform buffers keep no priorities).
     """
     if factory is None:
         return UniformSampler(buffer_name, batch_size, max_length)
@@ -368,6 +373,8 @@ def make(factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_
     made = factory(buffer_name, batch_size, max_length)
     if not isinstance(made, Sampler):
         raise TypeError(NOT_A_SAMPLER.format(received=f"a factory that made {type(made).__name__}"))
+    if made.prioritized:
+        raise ValueError(PRIORITIZED_SAMPLER.format(sampler=type(made).__name__))
     return made
 
 

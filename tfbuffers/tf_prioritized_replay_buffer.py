@@ -104,12 +104,6 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
         return self._priority_exponent
 
-    def variables(self) -> tuple[tf.Variable, ...]:
-        """The buffer's variables: the field tables, the add counter, the priorities and the tree."""
-        if self._closed:
-            return ()
-        return (*super().variables(), self._priorities, self._largest, self._tree)
-
     def update_priorities(self, ids: Any, priorities: Any) -> tf.Tensor:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
 

@@ -197,10 +197,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._scope
 
     def variables(self) -> tuple[tf.Variable, ...]:
-        """The buffer's variables: the field tables, the add counter, then the episode ends' record (if any)."""
+        """The buffer's variables, its storage's: the field tables, the add counter, then the extras as made.
+
+        The extras: the record of episode ends (with `episode_boundaries`), then a prioritized buffer's
+        priorities, max priority and sum tree.
+        """
         if self._closed:
             return ()
-        return (*self._table.variables, self._added, *(self._ends or ()))
+        return (*self._table.variables, self._table.added, *self._table.extras.values())
 
     def _nbytes(self) -> int:
         return sum(variable.shape.num_elements() * variable.dtype.size for variable in self.variables())
