@@ -91,6 +91,17 @@ def columns(weights: Any) -> Any:
     return tf.stack([weights, tf.cast(weights > 0, tf.float64), tf.ones_like(weights)], axis=-1)
 
 
+def reweighted(xp: Any, record: Near, rows: Any, weights: Any, old_columns: Any) -> Any:
+    """Moves distinct `rows`' weight in `record` to `weights`, from `old_columns` (`columns` of their old weights).
+
+    A prioritized buffer's update, before the tree changes. Rows farther from their episode's end (distance
+    0) move row 0's sums, which nothing reads. `xp`: the array functions (`tfbuffers._sum_tree.NUMPY` or
+    `.TENSORFLOW`); returns TensorFlow's write, or None (numpy arrays change in place).
+    """
+    distance = xp.int64(xp.gather(record.distance, rows))
+    return xp.scatter_add(record.near, distance, columns(weights) - old_columns)
+
+
 def ending_rows(
     xp: Any, cut: Any, last_end: Any, added: Any, max_length: int, batch_size: int
 ) -> tuple[Any, Any, Any, Any]:

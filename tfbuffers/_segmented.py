@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _episodes, _ring, sampling, specs
+from tfbuffers import _deterministic, _episodes, _ring, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented_states import SegmentedStates
 from tfbuffers.replay_buffer import (
@@ -89,6 +89,8 @@ class SegmentedReplayBuffer(SegmentedStates):
         if step_field is not None:
             self._step_field = step_field
         self._use_sampler(sampling.make(sampler, type(self).__name__, batch_size, max_length))
+        # A prioritized buffer's priorities (`tfbuffers.prioritized`: `HostPriorities` or `GraphPriorities`).
+        self._priorities: Any = None
         # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
         self._state_checkpoint = state_lib.StateCheckpoint(self)
 
@@ -100,6 +102,19 @@ class SegmentedReplayBuffer(SegmentedStates):
             sampler.step_types = self._step_types
             sampler.near = self._episode_ends
         self._sampler = sampler
+
+    def state_template(self) -> state_lib.BufferState:
+        """A `BufferState` with this buffer's format, layout, fields, names and shapes, and no contents.
+
+        Its arrays are zero-strided views: they take no memory. A prioritized buffer's is in the
+        prioritized format, with the priorities as extras.
+        """
+        template = super().state_template()
+        return template if self._priorities is None else prioritized.state_template(template, self.capacity)
+
+    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        if self._priorities is not None:
+            prioritized.check_extras(extras, source)
 
     @property
     def prioritized(self) -> bool:

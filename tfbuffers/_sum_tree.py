@@ -86,6 +86,7 @@ class Ops(NamedTuple):
     roots: Any  # (targets) -> int64 ones shaped like the targets: node 1 for each
     cumsum0: Any  # (values [K, 2]) -> [K + 1, 2]: a row of zeros, then the running sums
     last_of_each: Any  # (leaves, values) -> each leaf once, with its last value (later updates win)
+    scatter_add: Any  # (target, indices, values) -> target[indices] += values, repeats summed (in place, or an op)
 
 
 def _np_last_of_each(leaves: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,6 +110,7 @@ NUMPY = Ops(
     roots=lambda targets: np.ones(np.shape(targets), np.int64),
     cumsum0=lambda values: np.concatenate([np.zeros([1, 2]), np.cumsum(values, axis=0)]),
     last_of_each=_np_last_of_each,
+    scatter_add=np.add.at,
 )
 
 TENSORFLOW = Ops(
@@ -121,6 +123,7 @@ TENSORFLOW = Ops(
     roots=lambda targets: tf.ones_like(targets, tf.int64),
     cumsum0=lambda values: tf.concat([tf.zeros([1, 2], tf.float64), tf.cumsum(values, axis=0)], 0),
     last_of_each=_tf_last_of_each,
+    scatter_add=lambda target, indices, values: target.scatter_add(tf.IndexedSlices(values, indices)),
 )
 
 

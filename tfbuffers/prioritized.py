@@ -55,6 +55,150 @@ def extras(storage: Any) -> tuple[Any, Any, Any]:
     )
 
 
+class HostPriorities:
+    """A py buffer's priorities and their sum tree: numpy extras of its storage, changed in place.
+
+    The buffer calls it under its lock, in the same step as the rows and counter each call goes with. An
+    add sets its rows' leaves alone; their ancestors are recomputed once for all the adds since the last
+    draw or update (`tree()`), level by level from their children.
+    """
+
+    def __init__(self, storage: Any, batch_size: int, max_length: int, priority_exponent: float) -> None:
+        """Keeps the priorities in `storage` (a `tfbuffers.storage.Storage`) as extras (see `extras`)."""
+        self.capacity = storage.num_rows
+        self.priority_exponent = priority_exponent
+        self.values, self.largest, self._tree = extras(storage)
+        self._batch_size = batch_size
+        # The first rows of the blocks added since the ancestors were last recomputed: at most a ring of them.
+        self._stale = np.zeros(max_length, np.int64)
+        self._stale_count = 0
+        self._largest_changed(float(self.largest))
+
+    def added(self, first_row: int) -> None:
+        """The block of `batch_size` rows from `first_row` was just written: its frames get the largest priority."""
+        rows = slice(first_row, first_row + self._batch_size)
+        self.values[rows] = self._max_priority
+        _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, self._max_weight)
+        if self._stale_count == len(self._stale):  # a whole ring of stale blocks: recompute now, bounded work
+            self._refresh()
+        self._stale[self._stale_count] = first_row
+        self._stale_count += 1
+
+    def update(self, rows: np.ndarray, priorities: np.ndarray, weights: np.ndarray) -> None:
+        """Sets the priorities of distinct `rows`, their leaf `weights` (`leaf_weights`) and the largest priority."""
+        self.values[rows] = priorities
+        self._refresh()
+        _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
+        if priorities.size and priorities.max() > self._max_priority:
+            self._largest_changed(float(priorities.max()))
+
+    def weights(self, rows: np.ndarray) -> np.ndarray:
+        """The rows' weights in draws: their leaves in the tree."""
+        return self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM]
+
+    def tree(self) -> np.ndarray:
+        """The tree with every ancestor up to date (what the sampler draws from)."""
+        self._refresh()
+        return self._tree
+
+    def cleared(self) -> None:
+        """No frame is stored: every priority and weight is 0, new frames get 1.0."""
+        self.values[:] = 0.0
+        self._tree[:] = 0.0
+        self._stale_count = 0
+        self._largest_changed(1.0)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Copies of the state's extras: the priorities and the largest one."""
+        return {PRIORITY: self.values.copy(), MAX_PRIORITY: self.largest.copy()}
+
+    def restore(self, extras: dict[str, np.ndarray]) -> None:
+        """Sets the priorities to a checked state's extras and rebuilds the tree from them."""
+        np.copyto(self.values, extras[PRIORITY])
+        self._stale_count = 0
+        np.copyto(self._tree, _sum_tree.build(leaf_weights(self.values, self.priority_exponent), self.capacity))
+        self._largest_changed(float(extras[MAX_PRIORITY]))
+
+    def close(self) -> None:
+        """Drops the arrays (the buffer's storage was closed)."""
+        self.values, self._tree = np.zeros(0), np.zeros([0, 2])
+
+    def _refresh(self) -> None:
+        if self._stale_count:
+            firsts = self._stale[: self._stale_count]
+            rows = (firsts[:, None] + np.arange(self._batch_size)).ravel()
+            _sum_tree.recompute_ancestors_numpy(self._tree, self.capacity, rows)
+            self._stale_count = 0
+
+    def _largest_changed(self, priority: float) -> None:
+        # New frames' priority, and its leaf weight, computed once here rather than on every add.
+        self.largest[...] = priority
+        self._max_priority = priority
+        self._max_weight = leaf_weights(np.float64(priority), self.priority_exponent)
+
+
+class GraphPriorities:
+    """A TF buffer's priorities and their sum tree: `tf.Variable` extras of its storage.
+
+    Each method returns the writes to make (ops), which the buffer runs inside its writers' lock, in the
+    same step as the rows and counter they go with. An add's block changes its leaves and every ancestor
+    in three ops (`tfbuffers._sum_tree.add_block_variable`).
+    """
+
+    def __init__(self, storage: Any, batch_size: int, priority_exponent: float) -> None:
+        """Keeps the priorities in `storage` (a `tfbuffers.storage.VariableStorage`) as extras (see `extras`)."""
+        self.capacity = storage.num_rows
+        self.priority_exponent = priority_exponent
+        self.values, self.largest, self.tree = extras(storage)
+        self._batch_size = batch_size
+
+    def added(self, rows: tf.Tensor) -> list[Any]:
+        """The writes that give the block of `batch_size` `rows` (int64) the largest priority."""
+        priorities = tf.fill([self._batch_size], self.largest.read_value())
+        stored = self.values.scatter_nd_update(rows[:, None], priorities)
+        weights = leaf_weights(priorities, self.priority_exponent)
+        # One op for all ancestors rather than one per level: adds are a driver loop's hot path.
+        return [stored, _sum_tree.add_block_variable(self.tree, self.capacity, rows, weights)]
+
+    def update(self, rows: tf.Tensor, priorities: tf.Tensor, weights: tf.Tensor) -> list[Any]:
+        """The writes that set the priorities of distinct `rows`, their leaf `weights` and the largest priority."""
+        return [
+            self.values.scatter_nd_update(rows[:, None], priorities),
+            _sum_tree.update_variable(self.tree, self.capacity, rows, weights, distinct=True),
+            self.largest.assign(tf.maximum(self.largest, tf.reduce_max(tf.concat([priorities, [0.0]], 0)))),
+        ]
+
+    def weights(self, rows: tf.Tensor) -> tf.Tensor:
+        """The rows' weights in draws: their leaves in the tree."""
+        return tf.gather(self.tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
+
+    def cleared(self) -> list[Any]:
+        """The writes of a clear: every priority and weight 0, new frames get 1.0."""
+        return [
+            self.values.assign(tf.zeros_like(self.values), read_value=False),
+            self.tree.assign(tf.zeros_like(self.tree), read_value=False),
+            self.largest.assign(tf.constant(1.0, tf.float64), read_value=False),
+        ]
+
+    def state(self) -> dict[str, tf.Variable]:
+        """The state's extras, by name: the variables of the priorities and the largest one."""
+        return {PRIORITY: self.values, MAX_PRIORITY: self.largest}
+
+    @property
+    def restore_targets(self) -> list[tf.Variable]:
+        """The variables a restore assigns (`restored` gives their values): priorities, the largest, the tree."""
+        return [self.values, self.largest, self.tree]
+
+    def restored(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The values of `restore_targets` for a checked state's `extras`: the tree rebuilt from the priorities."""
+        weights = leaf_weights(extras[PRIORITY], self.priority_exponent)
+        return [extras[PRIORITY], extras[MAX_PRIORITY], _sum_tree.build(weights, self.capacity)]
+
+    def close(self) -> None:
+        """Lets the variables go (the buffer was closed)."""
+        del self.values, self.largest, self.tree
+
+
 def check_exponent(priority_exponent: Any) -> float:
     """`priority_exponent` as a float, if it is a finite number >= 0; else a TypeError or ValueError."""
     if isinstance(priority_exponent, bool) or not isinstance(priority_exponent, int | float | np.floating):

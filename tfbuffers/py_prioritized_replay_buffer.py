@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree, host, prioritized, sampling
-from tfbuffers import state as state_lib
+from tfbuffers import host, prioritized
 from tfbuffers._segmented import DerivedSignature
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 
@@ -68,18 +67,12 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
         options = _SIGNATURE.bind(self, *args, **kwargs)
         priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
         super().__init__(**options)
-        self._priority_exponent = priority_exponent
-        self._priorities, self._largest, self._tree = prioritized.extras(self._table)
-        self._stale = _StaleBlocks(self._max_length)
-        self._set_max_priority(float(self._largest))
-        self._use_sampler(
-            sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, self._current_tree)
-        )
+        self._keep_priorities(priority_exponent)
 
     @property
     def priority_exponent(self) -> float:
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._priority_exponent
+        return self._priorities.priority_exponent
 
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
@@ -120,99 +113,5 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             rows, values, skipped = prioritized.stored_updates(
                 self._backend, ids, priorities, added, self._max_length, self._batch_size
             )
-            self._set_locked(rows, values)
-            if values.size and values.max() > self._max_priority:
-                self._set_max_priority(float(values.max()))
+            self._update_priorities_locked(rows, values)
         return np.int64(skipped)
-
-    def _set_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
-        self._priorities[rows] = priorities
-        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        if self._ends is not None:  # rows near the end of their episode carry their new weight into the record
-            distance = self._ends.distance[rows]
-            near = distance > 0
-            if near.any():
-                change = _episodes.columns(np.broadcast_to(weights, rows.shape)[near]) - self._row_columns(rows[near])
-                np.add.at(self._ends.near, distance[near], change)
-        self._refresh_locked()
-        _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
-
-    def _row_columns(self, rows: np.ndarray) -> np.ndarray:
-        return _episodes.columns(self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM])
-
-    def _current_tree(self) -> np.ndarray:
-        """The tree with every ancestor up to date (the sampler calls it under the lock)."""
-        self._refresh_locked()
-        return self._tree
-
-    def _refresh_locked(self) -> None:
-        # Adds only set their rows' leaves: their ancestors are recomputed here, once for all the
-        # adds since the last draw or update, level by level from their children.
-        if self._stale.count:
-            rows = (self._stale.firsts[: self._stale.count, None] + np.arange(self._batch_size)).ravel()
-            _sum_tree.recompute_ancestors_numpy(self._tree, self.capacity, rows)
-            self._stale.count = 0
-
-    def _set_max_priority(self, priority: float) -> None:
-        # New frames' priority, and its leaf weight, computed once here rather than on every add.
-        self._largest[...] = priority
-        self._max_priority = priority
-        self._max_weight = prioritized.leaf_weights(np.float64(priority), self._priority_exponent)
-
-    # Hooks of PyUniformReplayBuffer, under its lock.
-
-    def _stored_locked(self, added: int) -> None:
-        first = int(_ring.block_start(added, self._max_length, self._batch_size))
-        rows = slice(first, first + self._batch_size)
-        self._priorities[rows] = self._max_priority
-        _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, self._max_weight)
-        if self._stale.count == self._max_length:  # a whole ring of stale blocks: recompute now, bounded work
-            self._refresh_locked()
-        self._stale.firsts[self._stale.count] = first
-        self._stale.count += 1
-
-    def _cleared_locked(self) -> None:
-        self._priorities[:] = 0.0
-        self._tree[:] = 0.0
-        self._stale.count = 0
-        self._set_max_priority(1.0)
-
-    def _extras_locked(self) -> dict[str, np.ndarray]:
-        return {
-            prioritized.PRIORITY: self._priorities.copy(),
-            prioritized.MAX_PRIORITY: self._largest.copy(),
-        }
-
-    def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
-        np.copyto(self._priorities, extras[prioritized.PRIORITY])
-        self._stale.count = 0
-        weights = prioritized.leaf_weights(self._priorities, self._priority_exponent)
-        np.copyto(self._tree, _sum_tree.build(weights, self.capacity))
-        self._set_max_priority(float(extras[prioritized.MAX_PRIORITY]))
-
-    def _close(self) -> None:
-        super()._close()
-        with self._lock:
-            self._priorities = np.zeros(0)
-            self._tree = np.zeros([0, 2])
-
-    def state_template(self) -> state_lib.BufferState:
-        """The uniform buffer's template, in the prioritized format, with the priorities as extras."""
-        return prioritized.state_template(super().state_template(), self.capacity)
-
-    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
-        prioritized.check_extras(extras, source)
-
-
-class _StaleBlocks:
-    """The first rows of the blocks added since the tree's ancestors were last recomputed.
-
-    A plain object, not a list or counter attribute of the buffer: tf.Module copies a list
-    attribute on every append and intercepts every attribute assignment, on each add.
-    """
-
-    __slots__ = ("count", "firsts")
-
-    def __init__(self, max_length: int) -> None:
-        self.firsts = np.zeros(max_length, np.int64)
-        self.count = 0

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, host, sampling, specs
+from tfbuffers import _episodes, _ring, _sum_tree, host, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, keep_alive, optional_positive_int, positive_int
@@ -164,10 +164,13 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         with self._lock:
             added = self._table.added
             cut = self._cut_before(added, arrays) if self._episodes else None
-            self._table.write_block(_ring.block_start(added, self._max_length, self._batch_size), arrays)
+            first_row = _ring.block_start(added, self._max_length, self._batch_size)
+            self._table.write_block(first_row, arrays)
             if cut is not None:
                 self._record_ends_locked(added, cut)
             self._table.added = added + 1
+            if self._priorities is not None:
+                self._priorities.added(first_row)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
 
@@ -207,8 +210,29 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             record.last_end[segment] = ended
 
     def _row_columns(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' `near` columns (`_episodes.columns` of their weights in draws; all 1 here)."""
-        return np.ones([len(rows), 3])
+        """The rows' `near` columns (`_episodes.columns` of their weights in draws: 1, or their priority's)."""
+        if self._priorities is None:
+            return np.ones([len(rows), 3])
+        return _episodes.columns(self._priorities.weights(rows))
+
+    def _keep_priorities(self, priority_exponent: float) -> None:
+        """Samples by priority: priorities kept in the storage (`prioritized.HostPriorities`), a `PrioritizedSampler`.
+
+        What makes a prioritized buffer of this one (`PyPrioritizedReplayBuffer`), at its construction.
+        """
+        size = (self._batch_size, self._max_length)
+        self._priorities = prioritized.HostPriorities(self._table, *size, priority_exponent)
+        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
+
+    def _priority_tree(self) -> np.ndarray:
+        return self._priorities.tree()  # the sampler calls it under the lock
+
+    def _update_priorities_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the priorities of distinct `rows` (checked), moving their weight in the record of episode ends."""
+        weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
+        if self._ends is not None:  # from the rows' old weights, read before the tree changes
+            _episodes.reweighted(_sum_tree.NUMPY, self._ends, rows, weights, self._row_columns(rows))
+        self._priorities.update(rows, priorities, weights)
 
     def _episode_ends(self) -> _episodes.Near:
         assert self._ends is not None, "the sampler reads it with episode boundaries only"
@@ -315,7 +339,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._generation += 1
             if self._ends is not None:
                 _episodes.reset(self._ends)
-            self._cleared_locked()
+            if self._priorities is not None:
+                self._priorities.cleared()
         return np.int64(0)
 
     def _nbytes(self) -> int:
@@ -326,6 +351,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _close(self) -> None:
         with self._lock:
             self._table.close()
+            if self._priorities is not None:
+                self._priorities.close()
 
     def _snapshot(self) -> tuple[int, list[np.ndarray], dict[str, np.ndarray]]:
         with self._lock:
@@ -337,28 +364,20 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 self._table.replace(arrays)
             self._table.added = added
             self._generation += 1
-            self._restore_extras_locked(extras)
+            if self._priorities is not None:
+                self._priorities.restore(extras)
             if self._ends is not None:  # from the restored step types and weights
                 column = self._table.column(self._step_field)
                 weights = self._row_columns(np.arange(self.capacity))[:, _episodes.WEIGHT]
                 rebuilt = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
                 _episodes.assign(self._ends, rebuilt)
 
-    # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities).
-    # Each runs under the lock, in the same step as the rows and counter it goes with.
+    def _extras_locked(self) -> dict[str, np.ndarray]:
+        """Copies of the extra arrays of the state (see `state_template`): a prioritized buffer's priorities."""
+        return {} if self._priorities is None else self._priorities.state()
 
     def _stored_locked(self, added: int) -> None:
-        """Add number `added` was just written."""
-
-    def _cleared_locked(self) -> None:
-        """The buffer was just cleared."""
-
-    def _extras_locked(self) -> dict[str, np.ndarray]:
-        """Copies of the extra arrays of the state (see `state_template`)."""
-        return {}
-
-    def _restore_extras_locked(self, extras: dict[str, np.ndarray]) -> None:
-        """Replaces the extra arrays by a checked state's."""
+        """Add number `added` was just written (under the lock): for a subclass that logs."""
 
     # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the
     # functions given to numpy_function in a global registry for as long as it pleases, so

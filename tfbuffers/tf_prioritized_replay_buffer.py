@@ -5,15 +5,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree, prioritized, sampling
-from tfbuffers import state as state_lib
+from tfbuffers import prioritized, sampling
 from tfbuffers._segmented import DerivedSignature
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
-
-_OPS = _ring.TENSORFLOW
 
 GRAPH_NOT_A_PRIORITY = "priorities: expected finite values >= 0, got (value, index):"
 GRAPH_NEVER_STORED = "ids: expected ids of frames stored since the last clear (0 <= id < next id), got (id, next id):"
@@ -91,18 +87,12 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
         options = _SIGNATURE.bind(self, *args, **kwargs)
         priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
         super().__init__(**options)
-        self._priority_exponent = priority_exponent
-        with tf.device(self._device), tf.name_scope(self._scope):
-            priorities, largest, tree = prioritized.extras(self._table)
-        self._untracked(_tree=tree, _priorities=priorities, _largest=largest)
-        self._use_sampler(
-            sampling.PrioritizedSampler(type(self).__name__, self._batch_size, self._max_length, lambda: self._tree)
-        )
+        self._keep_priorities(priority_exponent)
 
     @property
     def priority_exponent(self) -> float:
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._priority_exponent
+        return self._priorities.priority_exponent
 
     def update_priorities(self, ids: Any, priorities: Any) -> tf.Tensor:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
@@ -171,78 +161,8 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
                     sampling.TENSORFLOW, ids, priorities, added, self._max_length, self._batch_size
                 )
 
-                def update() -> list[Any]:
-                    moved = self._ends_reweighted(rows, values)  # reads the old weights first
-                    with tf.control_dependencies(moved):
-                        return [
-                            *moved,
-                            *self._set(rows, values, distinct=True),
-                            self._largest.assign(
-                                tf.maximum(self._largest, tf.reduce_max(tf.concat([values, [0.0]], 0)))
-                            ),
-                        ]
-
-                return self._concurrency.rewrite(update), skipped
+                return self._concurrency.rewrite(lambda: self._priority_writes(rows, values)), skipped
 
             return self._concurrency.exclusive(
                 [same_shape, valid_priorities, stored_before, ids, priorities], write, "update_priorities"
             )
-
-    def _ends_reweighted(self, rows: tf.Tensor, priorities: tf.Tensor) -> list[Any]:
-        """Moves the weight of `rows` (distinct) in the record of episode ends to their new `priorities`."""
-        if self._ends is None:
-            return []
-        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        change = _episodes.columns(weights) - self._row_columns(rows)
-        distance = tf.cast(tf.gather(self._ends.distance, rows), tf.int64)  # 0: not in the record, unused
-        return [self._ends.near.scatter_add(tf.IndexedSlices(change, distance))]
-
-    def _row_columns(self, rows: tf.Tensor) -> tf.Tensor:
-        return _episodes.columns(tf.gather(self._tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM])
-
-    def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
-        return prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priority_exponent)
-
-    def _set(self, rows: tf.Tensor, priorities: tf.Tensor, *, distinct: bool) -> list[Any]:
-        """Sets the priorities of `rows` and their leaves in the tree."""
-        stored = self._priorities.scatter_nd_update(rows[:, None], priorities)
-        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        return [stored, _sum_tree.update_variable(self._tree, self.capacity, rows, weights, distinct=distinct)]
-
-    # Hooks of TFUniformReplayBuffer, inside its writers' lock.
-
-    def _block_written(self, rows: tf.Tensor) -> list[Any]:
-        priorities = tf.fill([self._batch_size], self._largest.read_value())
-        stored = self._priorities.scatter_nd_update(rows[:, None], priorities)
-        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        # One op for all ancestors rather than one per level: adds are a driver loop's hot path.
-        return [stored, _sum_tree.add_block_variable(self._tree, self.capacity, rows, weights)]
-
-    def _cleared(self) -> list[Any]:
-        return [
-            self._priorities.assign(tf.zeros_like(self._priorities), read_value=False),
-            self._tree.assign(tf.zeros_like(self._tree), read_value=False),
-            self._largest.assign(tf.constant(1.0, tf.float64), read_value=False),
-        ]
-
-    def _extra_variables(self) -> dict[str, tf.Variable]:
-        return {prioritized.PRIORITY: self._priorities, prioritized.MAX_PRIORITY: self._largest}
-
-    def _restore_targets(self) -> list[tf.Variable]:
-        return [self._priorities, self._largest, self._tree]
-
-    def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
-        priorities = extras[prioritized.PRIORITY]
-        weights = prioritized.leaf_weights(priorities, self._priority_exponent)
-        return [priorities, extras[prioritized.MAX_PRIORITY], _sum_tree.build(weights, self.capacity)]
-
-    def state_template(self) -> state_lib.BufferState:
-        """The uniform buffer's template, in the prioritized format, with the priorities as extras."""
-        return prioritized.state_template(super().state_template(), self.capacity)
-
-    def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
-        prioritized.check_extras(extras, source)
-
-    def _close(self) -> None:
-        del self._tree, self._priorities, self._largest
-        super()._close()

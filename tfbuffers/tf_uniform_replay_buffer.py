@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree, sampling, specs
+from tfbuffers import _episodes, _ring, _sum_tree, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
@@ -252,7 +252,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 # The record reads the previous frames' step types and the overwritten rows' weights first.
                 record = self._ends_written(added, leaves)
                 with tf.control_dependencies(record):
-                    writes = [*record, *self._table.write(rows, leaves), *self._block_written(block)]
+                    priorities = [] if self._priorities is None else self._priorities.added(block)
+                    writes = [*record, *self._table.write(rows, leaves), *priorities]
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
@@ -302,8 +303,33 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         ]
 
     def _row_columns(self, rows: tf.Tensor) -> tf.Tensor:
-        """The rows' `near` columns (`_episodes.columns` of their weights in draws; all 1 here)."""
-        return tf.ones([rows.shape[0], 3], tf.float64)
+        """The rows' `near` columns (`_episodes.columns` of their weights in draws: 1, or their priority's)."""
+        if self._priorities is None:
+            return tf.ones([rows.shape[0], 3], tf.float64)
+        return _episodes.columns(self._priorities.weights(rows))
+
+    def _keep_priorities(self, priority_exponent: float) -> None:
+        """Samples by priority: priorities kept in the storage (`prioritized.GraphPriorities`), a `PrioritizedSampler`.
+
+        What makes a prioritized buffer of this one (`TFPrioritizedReplayBuffer`), at its construction.
+        """
+        with tf.device(self._device), tf.name_scope(self._scope):
+            priorities = prioritized.GraphPriorities(self._table, self._batch_size, priority_exponent)
+        self._untracked(_priorities=priorities)
+        size = (self._batch_size, self._max_length)
+        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
+
+    def _priority_tree(self) -> tf.Variable:
+        return self._priorities.tree
+
+    def _priority_writes(self, rows: tf.Tensor, priorities: tf.Tensor) -> list[Any]:
+        """The writes that set the priorities of distinct `rows`, moving their weight in the record of episode ends."""
+        weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
+        moved = []
+        if self._ends is not None:  # from the rows' old weights, read before the tree changes
+            moved = [_episodes.reweighted(_sum_tree.TENSORFLOW, self._ends, rows, weights, self._row_columns(rows))]
+        with tf.control_dependencies(moved):
+            return [*moved, *self._priorities.update(rows, priorities, weights)]
 
     def _episode_ends(self) -> _episodes.Near:
         # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
@@ -473,6 +499,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
         del self._table
+        if self._priorities is not None:
+            self._priorities.close()
         self._untracked(_ends=None)
         self._functions.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
@@ -520,9 +548,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         ends: list[np.ndarray] = []
         if self._ends is not None:  # rebuilt from the step types (a load wrote them to the variable) and weights
             column = arrays[self._step_field] if arrays else self._table.variables[self._step_field].numpy()
-            weights = self._restore_weights(extras)
+            weights = np.ones([self.capacity])
+            if self._priorities is not None:
+                weights = prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priorities.priority_exponent)
             ends = list(_episodes.rebuild(column, weights, added, self._max_length, self._batch_size))
-        values = [tf.convert_to_tensor(array) for array in [*arrays, *self._restore_values(extras), *ends]]
+        priorities = [] if self._priorities is None else self._priorities.restored(extras)
+        values = [tf.convert_to_tensor(array) for array in [*arrays, *priorities, *ends]]
         self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
 
     def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
@@ -530,7 +561,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
                 # `values` are the last of these: all of them, or (a load wrote the rows) the extras' only.
-                targets = [*self._table.variables, *self._restore_targets(), *(self._ends or ())]
+                priorities = [] if self._priorities is None else self._priorities.restore_targets
+                targets = [*self._table.variables, *priorities, *(self._ends or ())]
                 variables = targets[len(targets) - len(values) :]
 
                 def assign() -> list[Any]:
@@ -573,39 +605,17 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def clear() -> tuple[list[Any], tf.Tensor]:
                 def reset() -> list[Any]:
-                    return [self._added.assign(0, read_value=False), *self._cleared(), *self._ends_cleared()]
+                    priorities = [] if self._priorities is None else self._priorities.cleared()
+                    return [self._added.assign(0, read_value=False), *priorities, *self._ends_cleared()]
 
                 effects = self._concurrency.rewrite(reset)
                 return effects, tf.constant(0, tf.int64)
 
             return self._concurrency.exclusive([], clear, "clear")
 
-    # Hooks for a subclass that keeps more beside the rows (a prioritized buffer's priorities and tree).
-    # The writes they return run inside the writer's lock, in the same step as what they go with.
-
-    def _block_written(self, rows: tf.Tensor) -> list[Any]:
-        """Writes to make as the block of `batch_size` `rows` (int64) is written (inside `add_batch`)."""
-        return []
-
-    def _cleared(self) -> list[Any]:
-        """Writes to make as the buffer is cleared."""
-        return []
-
     def _extra_variables(self) -> dict[str, tf.Variable]:
         """The state's extras (see `state_template`), by name: read with the rows by `state()`."""
-        return {}
-
-    def _restore_targets(self) -> list[tf.Variable]:
-        """The variables a restore assigns beside the rows and counter."""
-        return []
-
-    def _restore_values(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The values of `_restore_targets`, in order, from a checked state's extras."""
-        return []
-
-    def _restore_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
-        """Every row's weight in draws (see `_row_columns`) once a state with `extras` is restored."""
-        return np.ones([self.capacity])
+        return {} if self._priorities is None else self._priorities.state()
 
 
 @tf.autograph.experimental.do_not_convert
