@@ -1,7 +1,9 @@
 """The contract every buffer passes: exact contents, windows, datasets, errors.
 
-Parametrized over every buffer kind (`conftest.BUFFER_KINDS`), each both eagerly
-and with every call inside `tf.function` (`kind`). Cases that assert uniform
+Parametrized over every buffer kind (`conftest.BUFFER_KINDS`, and the Reverb buffer where dm-reverb
+imports), each both eagerly and with every call inside `tf.function` (`kind`). The cases the Reverb
+buffer does not support (it stores items in a table, not frames in rings) are skipped with the reason
+(`conftest.REVERB_SKIPS`). Cases that assert uniform
 probabilities take `uniform_kind` instead: a prioritized buffer passes all the others.
 """
 
@@ -17,6 +19,24 @@ from conftest import SPEC, assert_whole, batch, code, fill, frames, make, make_b
 
 import tfbuffers
 from tfbuffers import sampling, specs
+
+
+@pytest.fixture(params=conftest.CONTRACT_KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Every local kind and Reverb's (where it imports), eagerly and under `tf.function`."""
+    return conftest.contract_kind(request)
+
+
+@pytest.fixture(params=[k for k in conftest.CONTRACT_KINDS if k in conftest.UNIFORM_KINDS or k.startswith("reverb")])
+def uniform_kind(request: pytest.FixtureRequest) -> str:
+    """The kinds whose sampling is uniform (Reverb's default sampler is)."""
+    return conftest.contract_kind(request)
+
+
+def test_each_case_reverb_skips_is_a_case_of_the_contract():
+    cases = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
+    assert set(conftest.REVERB_SKIPS) <= cases
+    assert cases - set(conftest.REVERB_SKIPS) >= {"test_bad_dataset_arguments"}  # Reverb runs the rest
 
 
 def stored_codes(batch_size: int, first: int, last: int) -> np.ndarray:
@@ -378,6 +398,24 @@ def test_bad_batches_are_rejected_and_change_nothing(kind, name, items, error, m
     for a, b in zip(tf.nest.flatten(after), tf.nest.flatten(before)):
         np.testing.assert_array_equal(a, b)
     assert to_numpy(buffer.add_batch(batch(3, 6))).tolist() == [18, 19, 20]
+
+
+@pytest.mark.parametrize(("name", "items", "error", "message"), _bad_batches(), ids=[c[0] for c in _bad_batches()])
+def test_a_refused_batch_leaves_the_buffer_adding_sampling_and_clearing(kind, name, items, error, message):
+    # What every kind, Reverb's included, does after a refused batch (the case above also compares gather_all).
+    buffer = make_buffer(kind, max_length=2)
+    fill(buffer, 1)
+    stored = int(buffer.num_frames())
+    with pytest.raises(error) as raised:
+        buffer.add_batch(items)
+    assert_message(raised.value, message)
+    assert int(buffer.num_frames()) == stored
+    buffer.add_batch(batch(3, 1))
+    assert int(buffer.num_frames()) == stored + 3  # frames, or Reverb's windows of two frames: one per segment
+    codes = assert_whole(buffer.get_next(sample_batch_size=12, num_steps=2)[0])
+    assert {tuple(window) for window in codes.tolist()} <= {(0, 1), (1000, 1001), (2000, 2001)}
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
 
 
 def test_exact_python_values_are_accepted(kind):
