@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import kinds, sampling
+from tfbuffers import _segmented, kinds, sampling
 
 PACKAGE = pathlib.Path(tfbuffers.__file__).parent
 NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make"}  # public, underscored so as not to clash with fields
@@ -195,12 +195,14 @@ def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones
 
 @pytest.mark.parametrize("name", ["py_prioritized", "tf_prioritized"])
 def test_a_prioritized_buffer_is_a_uniform_one_holding_priorities(name):
-    # Composed, not subclassed per feature: the class adds a constructor and update_priorities' argument
-    # handling; the writes are the uniform buffer's, with the priorities part it holds (tfbuffers.prioritized).
+    # Composed, not subclassed per feature: the class adds its signature and update_priorities' argument
+    # handling (the constructor's part is _segmented.PrioritizedBinding's); the writes are the uniform
+    # buffer's, with the priorities part it holds (tfbuffers.prioritized).
     kind = kinds.get(name)
     defined = {attribute for attribute in vars(kind.buffer_class) if not attribute.startswith("__")} - {"_abc_impl"}
     handling = "_update_value" if kind.host else "_update_tensors"
-    assert defined == {"priority_exponent", "update_priorities", handling}
+    assert defined == {"_signature", "update_priorities", handling}
+    assert kind.buffer_class.__mro__[1] is _segmented.PrioritizedBinding
     spec = {"x": tf.TensorSpec([], tf.int64)}
     buffer = kinds.make(name, spec, batch_size=2, max_length=4, seed=0 if kind.host else None)
     assert isinstance(buffer.sampler, sampling.PrioritizedSampler)

@@ -491,6 +491,30 @@ class DerivedSignature:
         return init
 
 
+class PrioritizedBinding:
+    """The prioritized buffers' part of their constructor, over a uniform buffer's: `priority_exponent`.
+
+    A prioritized buffer class lists this before its uniform one and gives its composed signature
+    (`DerivedSignature`, with `priority_exponent`) as `_signature`: the constructor takes the uniform
+    buffer's arguments and `priority_exponent`, builds the uniform buffer, then gives it a priorities
+    part and a prioritized sampler (`_keep_priorities`).
+    """
+
+    _signature: DerivedSignature
+    _priorities: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        options = self._signature.bind(self, *args, **kwargs)
+        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
+        super().__init__(**options)
+        self._keep_priorities(priority_exponent)  # type: ignore[attr-defined]
+
+    @property
+    def priority_exponent(self) -> float:
+        """Alpha: draws are proportional to `priority ** priority_exponent`."""
+        return self._priorities.priority_exponent
+
+
 def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:
     """The index of the step-type field `episode_boundaries` names, or None; raises naming what is wrong."""
     paths = [field.path for field in fields]

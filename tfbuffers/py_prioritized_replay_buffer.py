@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import host, prioritized
-from tfbuffers._segmented import DerivedSignature
+from tfbuffers._segmented import DerivedSignature, PrioritizedBinding
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 
 _SIGNATURE = DerivedSignature(
@@ -20,7 +20,7 @@ _SIGNATURE = DerivedSignature(
 )
 
 
-class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
+class PyPrioritizedReplayBuffer(PrioritizedBinding, PyUniformReplayBuffer):
     """`PyUniformReplayBuffer` whose samples are drawn in proportion to priorities.
 
     Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
@@ -47,6 +47,8 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
+    _signature = _SIGNATURE
+
     @_SIGNATURE
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Creates the buffer: `PyUniformReplayBuffer`'s arguments, and `priority_exponent`.
@@ -64,15 +66,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        options = _SIGNATURE.bind(self, *args, **kwargs)
-        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
-        super().__init__(**options)
-        self._keep_priorities(priority_exponent)
-
-    @property
-    def priority_exponent(self) -> float:
-        """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._priorities.priority_exponent
+        super().__init__(*args, **kwargs)
 
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).

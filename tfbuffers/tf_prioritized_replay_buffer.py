@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfbuffers import prioritized, sampling
-from tfbuffers._segmented import DerivedSignature
+from tfbuffers._segmented import DerivedSignature, PrioritizedBinding
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 GRAPH_NOT_A_PRIORITY = "priorities: expected finite values >= 0, got (value, index):"
@@ -26,7 +26,7 @@ _SIGNATURE = DerivedSignature(
 )
 
 
-class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
+class TFPrioritizedReplayBuffer(PrioritizedBinding, TFUniformReplayBuffer):
     """`TFUniformReplayBuffer` whose samples are drawn in proportion to priorities, in the graph.
 
     Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
@@ -62,6 +62,8 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
+    _signature = _SIGNATURE
+
     @_SIGNATURE
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Creates the buffer and its variables: `TFUniformReplayBuffer`'s arguments, and `priority_exponent`.
@@ -84,15 +86,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
           TypeError, ValueError: As `TFUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        options = _SIGNATURE.bind(self, *args, **kwargs)
-        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
-        super().__init__(**options)
-        self._keep_priorities(priority_exponent)
-
-    @property
-    def priority_exponent(self) -> float:
-        """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._priorities.priority_exponent
+        super().__init__(*args, **kwargs)
 
     def update_priorities(self, ids: Any, priorities: Any) -> tf.Tensor:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).
