@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import tf_uniform_replay_buffer
+from tfbuffers import _graph_calls
 
 SPEC = {"x": tf.TensorSpec([], tf.int64)}
 PAIRS = [
@@ -66,7 +66,7 @@ def test_inside_a_function_and_a_dataset_the_message_is_in_the_error(kind):
 
 def test_assertion_messages_lose_only_tensorflow_s_wrapping():
     def message(text):
-        return tf_uniform_replay_buffer.assertion_message(tf.errors.InvalidArgumentError(None, None, text))
+        return _graph_calls.assertion_message(tf.errors.InvalidArgumentError(None, None, text))
 
     framed = "Graph execution error:\n\nDetected at node A\n\nassertion failed: [{}]\n\t [[{{{{node A}}}}]] [Op:f]"
     assert message(framed.format("the buffer [2, 3] is empty")) == "the buffer [2, 3] is empty"

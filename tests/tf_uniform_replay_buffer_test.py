@@ -142,9 +142,9 @@ def test_eager_calls_trace_once_and_then_reuse_the_function():
         if step:  # windows of 2 need 2 frames per segment
             buffer.get_next(3, 2)
         if step == 1:
-            made = dict(buffer._functions)
+            made = buffer._calls.functions
     buffer.get_next(5)  # another sample shape: one more trace of the same function
-    functions = buffer._functions
+    functions = buffer._calls.functions
     assert all(functions[name] is function for name, function in made.items())  # made once, kept
     assert {name: f.experimental_get_tracing_count() for name, f in functions.items()} == {
         "_write": 1,
@@ -153,4 +153,4 @@ def test_eager_calls_trace_once_and_then_reuse_the_function():
     }
     np.testing.assert_array_equal(buffer.gather_all()["x"][:, :, 0], [[2, 3, 4, 5], [2, 3, 4, 5]])
     buffer.close()
-    assert functions == {}
+    assert buffer._calls.functions == {}  # dropped with the buffer's variables

@@ -125,7 +125,7 @@ class TFPrioritizedReplayBuffer(PrioritizedBinding, TFUniformReplayBuffer):
             with self._concurrency.eager_lock:
                 # Exact messages first; the graph checks them again, and a clear racing from a graph is handled there.
                 prioritized.check_update(ids.numpy(), priorities.numpy(), int(self._added.numpy()) * self._batch_size)
-                return self._compiled(self._update_tensors)(ids, priorities)
+                return self._calls.compiled(self._update_tensors)(ids, priorities)
         return self._update_tensors(ids, priorities)
 
     def _update_tensors(self, ids: tf.Tensor, priorities: tf.Tensor) -> tf.Tensor:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import re
 from collections.abc import Callable, Sequence
@@ -13,18 +12,14 @@ import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sum_tree, prioritized, sampling, specs
 from tfbuffers import state as state_lib
+from tfbuffers._graph_calls import GraphCalls
 from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
 from tfbuffers._tf_concurrency import Concurrency
+from tfbuffers._tf_states import GraphStates
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
 from tfbuffers.storage import VariableStorage
 
 _OPS = _ring.TENSORFLOW
-
-SNAPSHOT_ATTEMPTS = 100
-SNAPSHOT_BUSY = (
-    "TFUniformReplayBuffer: no consistent snapshot in {attempts} reads: adds kept overwriting stored frames "
-    "while the variables were read; pause adds (e.g. between driver runs) while saving"
-)
 
 
 def _ensure_inner_shape(leaf: Any, check: specs.DeferredShapeCheck) -> tf.Tensor:
@@ -169,7 +164,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 ends = _episodes.extras(storage, self._batch_size)
         # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
         # episode ends follows from the step types).
-        self._untracked(_table=storage, _added=storage.added, _concurrency=concurrency, _functions={}, _ends=ends)
+        calls = GraphCalls(concurrency.eager_lock)
+        placement = (device, scope)
+        # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
+        parts = (weak_method(self._extra_variables), weak_method(self._restored_variables))
+        states = GraphStates(storage, concurrency, calls, self._max_length, placement, *parts)
+        self._untracked(
+            _table=storage, _added=storage.added, _concurrency=concurrency, _calls=calls, _ends=ends, _states=states
+        )
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -220,7 +222,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         if tf.executing_eagerly():
             tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]  # eager shapes are all known
-            return self._locked(self._write, tensors, [])
+            return self._calls.locked(self._write, tensors, [])
         return self._write(leaves, deferred)
 
     def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
@@ -357,7 +359,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         if tf.executing_eagerly():
             # The exact IndexError first; the graph checks again against the counter it reads.
             self._checked_ids(_ring.NUMPY, np.asarray(indices, np.int64), int(self._added.numpy()))
-            return self._compiled(self._gather_indices_tensors)(tf.convert_to_tensor(indices, tf.int64), fields)
+            return self._calls.compiled(self._gather_indices_tensors)(tf.convert_to_tensor(indices, tf.int64), fields)
         return self._gather_indices_tensors(indices, fields)
 
     def _gather_indices_tensors(self, indices: tf.Tensor, fields: list[int]) -> list[tf.Tensor]:
@@ -370,37 +372,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table.variables[self._step_field].read_value()
 
     def _row_source(self) -> state_lib.Rows:
-        # Each read gathers a chunk of rows from the variables. The rows read are the snapshot's when, read
-        # after them, the generation is the one read with the counter and extras (no clear, restore or
-        # priority update ran) and no add that began since reached the oldest of them (the seqlock check of
-        # `tfbuffers._tf_concurrency`).
-        for _ in range(SNAPSHOT_ATTEMPTS):
-            whole, values = self._compiled(self._counter_and_extras_tensors)()
-            if whole:
-                break
-        else:
-            raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
-        generation, added, *extras = (value.numpy() for value in values)
-        oldest = int(_ring.oldest_add(_ring.NUMPY, int(added), self._max_length))
-        intact = functools.partial(self._rows_intact, int(generation), oldest)
-        return state_lib.Rows(int(added), dict(zip(self._extra_variables(), extras)), self._read_rows, intact)
-
-    def _read_rows(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        # A gather of the rows only: a slice would read (and may copy) the whole variable first.
-        with tf.device(self._device):
-            rows = tf.range(first_row, stop_row, dtype=tf.int64)
-            return tf.gather(self._table.variables[field], rows).numpy()
-
-    def _rows_intact(self, generation: int, oldest: int) -> bool:
-        writing = int(self._concurrency.writing().numpy())
-        added = int(self._added.numpy())
-        return int(self._concurrency.generation.numpy()) == generation and oldest >= added + writing - self._max_length
+        return self._states.row_source()
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
-        # A scatter writes the rows in place; a sliced assign would copy the whole variable (copy-on-write).
-        with tf.device(self._device):
-            indices = tf.range(first_row, first_row + len(rows), dtype=tf.int64)
-            self._table.variables[field].scatter_update(tf.IndexedSlices(tf.constant(rows), indices))
+        self._states.write_rows(field, first_row, rows)
 
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -473,76 +448,23 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return attempts.filter(_whole).map(_read).with_options(READ_WHEN_ASKED)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves, ids, probabilities = self._compiled_if_eager(self._sample_tensors)(sample_batch_size, num_steps)
+        leaves, ids, probabilities = self._calls.if_eager(self._sample_tensors)(sample_batch_size, num_steps)
         return self._pack(leaves), BufferInfo(ids, probabilities)
-
-    def _compiled(self, method: Callable[..., Any]) -> Any:
-        """`tf.function` of the bound `method`, made once; it holds the buffer weakly (no reference cycle).
-
-        Called eagerly, its assertion failures raise as the py buffers' do (`_OneLineErrors`).
-        """
-        function = self._functions.get(method.__name__)
-        if function is None:
-            compiled = tf.function(weak_method(method), autograph=False)
-            function = self._functions[method.__name__] = _OneLineErrors(compiled)
-        return function
-
-    def _locked(self, method: Callable[..., Any], *args: Any) -> Any:
-        """An eager call of `method(*args)`, compiled, holding the eager writers' lock."""
-        with self._concurrency.eager_lock:
-            return self._compiled(method)(*args)
-
-    def _compiled_if_eager(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """`method`, through its compiled `tf.function` when called eagerly: one call instead of many ops."""
-        return self._compiled(method) if tf.executing_eagerly() else method
 
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
         del self._table
         if self._priorities is not None:
             self._priorities.close()
-        self._untracked(_ends=None)
-        self._functions.clear()
+        self._untracked(_ends=None, _states=None)
+        self._calls.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
         # it captured: they would go at some later full collection, and meanwhile a process
         # making buffers in a loop grows (by about half of each 32 MB buffer, measured).
         gc.collect()
 
     def _snapshot(self) -> tuple[int, list[Any], dict[str, np.ndarray]]:
-        for _ in range(SNAPSHOT_ATTEMPTS):
-            # Eager writers wait; graph writers are checked for.
-            whole, added, values = self._locked(self._snapshot_tensors)
-            if whole:
-                arrays = [value.numpy() for value in values]
-                fields = len(self._table.variables)
-                return int(added), arrays[:fields], dict(zip(self._extra_variables(), arrays[fields:]))
-        raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
-
-    def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        # The variables are read in one graph, within microseconds; the reads are then
-        # checked like a sample's (see `tfbuffers._tf_concurrency`).
-        with tf.device(self._device), tf.name_scope(self._scope):
-
-            def read() -> tuple[list[tf.Tensor], tf.Tensor]:
-                added = self._added.read_value()
-                with tf.control_dependencies([added]):
-                    values = [v.read_value() for v in [*self._table.variables, *self._extra_variables().values()]]
-                return [added, *values], _ring.oldest_add(_OPS, added, self._max_length)
-
-            whole, tensors = self._concurrency.checked_read(read, self._added, self._max_length)
-            return whole, tensors[0], tensors[1:]
-
-    def _counter_and_extras_tensors(self) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        with tf.device(self._device), tf.name_scope(self._scope):
-
-            def read() -> tuple[list[tf.Tensor], tf.Tensor]:
-                added = self._added.read_value()
-                with tf.control_dependencies([added]):
-                    extras = [v.read_value() for v in self._extra_variables().values()]
-                # No rows are read here: every add counts as overlapping none (oldest = added).
-                return [self._concurrency.generation.read_value(), added, *extras], added + self._max_length
-
-            return self._concurrency.checked_read(read, self._added, self._max_length)
+        return self._states.snapshot()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         ends: list[np.ndarray] = []
@@ -553,35 +475,18 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 weights = prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priorities.priority_exponent)
             ends = list(_episodes.rebuild(column, weights, added, self._max_length, self._batch_size))
         priorities = [] if self._priorities is None else self._priorities.restored(extras)
-        values = [tf.convert_to_tensor(array) for array in [*arrays, *priorities, *ends]]
-        self._locked(self._restore_tensors, tf.constant(added, tf.int64), values)
+        self._states.restore(added, [*arrays, *priorities, *ends])
 
-    def _restore_tensors(self, added: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
-        with tf.device(self._device), tf.name_scope(self._scope):
-
-            def restore() -> tuple[list[Any], tf.Tensor]:
-                # `values` are the last of these: all of them, or (a load wrote the rows) the extras' only.
-                priorities = [] if self._priorities is None else self._priorities.restore_targets
-                targets = [*self._table.variables, *priorities, *(self._ends or ())]
-                variables = targets[len(targets) - len(values) :]
-
-                def assign() -> list[Any]:
-                    assigns = [v.assign(x) for v, x in zip(variables, values)]
-                    with tf.control_dependencies(assigns):
-                        return [self._added.assign(added, read_value=False)]
-
-                effects = self._concurrency.rewrite(assign)
-                with tf.control_dependencies(effects):
-                    return effects, tf.identity(added)
-
-            return self._concurrency.exclusive([added, *values], restore, "restore")
+    def _restored_variables(self) -> list[tf.Variable]:
+        """What a restore assigns beside the rows: a prioritized buffer's priorities, the record of episode ends."""
+        return [*([] if self._priorities is None else self._priorities.restore_targets), *(self._ends or ())]
 
     def _gather_all(self) -> Any:
         if tf.executing_eagerly():
             # Every row is read, and every add overwrites one when the ring is full: among eager writers
             # that never pause, a lock-free read could seldom find a moment between two writes. Eager
             # writers wait for it, as for a snapshot; graph writers are checked for.
-            return self._pack(self._locked(self._gather_all_tensors))
+            return self._pack(self._calls.locked(self._gather_all_tensors))
         return self._pack(self._gather_all_tensors())
 
     def _gather_all_tensors(self) -> list[tf.Tensor]:
@@ -596,7 +501,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _clear(self) -> None:
         if tf.executing_eagerly():
-            self._locked(self._clear_tensor)
+            self._calls.locked(self._clear_tensor)
         else:
             self._clear_tensor()
 
@@ -626,46 +531,3 @@ def _whole(whole: tf.Tensor, items: Any, info: BufferInfo) -> tf.Tensor:
 @tf.autograph.experimental.do_not_convert
 def _read(whole: tf.Tensor, items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
     return items, info
-
-
-_ASSERTION = re.compile(r"assertion failed: (.*?)\n\t \[\[", re.DOTALL)
-
-
-def assertion_message(error: tf.errors.InvalidArgumentError) -> str | None:
-    """The data of the failed `tf.debugging.Assert` that `error` reports, as one line; None for other errors.
-
-    TensorFlow prints an Assert's data as `[message] [value]...`: the message loses its brackets.
-    """
-    found = _ASSERTION.search(error.message)
-    if found is None:
-        return None
-    data = found[1]
-    if data.startswith("[") and data.endswith("]"):
-        first, separator, rest = data[1:-1].partition("] [")
-        data = first + (" [" + rest + "]" if separator else "")
-    return data
-
-
-class _OneLineErrors:
-    """A compiled function whose eager calls raise a failed assertion as its message alone.
-
-    Called eagerly, a `tf.function`'s failed `Assert` raises an `InvalidArgumentError` whose message is a
-    graph traceback ("Graph execution error: ... Detected at node ... assertion failed: [...]"). The py
-    buffers raise the same type with the message alone; so do these calls. Other errors pass unchanged.
-    Everything else (`get_concrete_function`, ...) is the function's.
-    """
-
-    def __init__(self, function: Any) -> None:
-        self._function = function
-
-    def __call__(self, *args: Any) -> Any:
-        try:
-            return self._function(*args)
-        except tf.errors.InvalidArgumentError as error:
-            message = assertion_message(error)
-            if message is None:
-                raise
-            raise tf.errors.InvalidArgumentError(error.node_def, error.op, message) from None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._function, name)
