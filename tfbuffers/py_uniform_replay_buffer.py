@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,8 +11,16 @@ import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sum_tree, host, prioritized, sampling, specs
 from tfbuffers import state as state_lib
+from tfbuffers._py_states import HostStates
 from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
-from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, keep_alive, optional_positive_int, positive_int
+from tfbuffers.replay_buffer import (
+    FRAMES_GONE,
+    BufferInfo,
+    keep_alive,
+    optional_positive_int,
+    positive_int,
+    weak_method,
+)
 from tfbuffers.storage import Storage, StorageFactory
 from tfbuffers.storage import make as make_storage
 
@@ -145,7 +152,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._rng = np.random.default_rng(seed)
         self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
-        self._generation = 0  # moved by clear and restore: what a save streaming the rows cannot tell from `added`
+        # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
+        parts = (weak_method(self._extras_locked), weak_method(self._check_open))
+        self._states = HostStates(self._table, self._lock, self._max_length, *parts)
         # Kept by adds with episode boundaries, in the storage.
         self._ends = _episodes.extras(self._table, self._batch_size) if self._episodes else None
 
@@ -297,27 +306,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return self._table
 
     def _row_source(self) -> state_lib.Rows:
-        # Each read copies a chunk of rows under the lock. The rows read are the snapshot's while no add
-        # overwrote the oldest of them (adds up to `oldest + max_length` write elsewhere) and no clear or
-        # restore ran.
-        with self._lock:
-            self._check_open()
-            added, extras, generation = self._table.added, self._extras_locked(), self._generation
-        oldest = int(_ring.oldest_add(_OPS, added, self._max_length))
-        return state_lib.Rows(added, extras, self._read_rows, functools.partial(self._rows_intact, generation, oldest))
-
-    def _read_rows(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
-        with self._lock:
-            self._check_open()
-            return self._table.read_rows(field, first_row, stop_row)
-
-    def _rows_intact(self, generation: int, oldest: int) -> bool:
-        with self._lock:
-            return self._generation == generation and self._table.added <= oldest + self._max_length
+        return self._states.row_source()
 
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
-        with self._lock:
-            self._table.write_rows(field, first_row, rows)
+        self._states.write_rows(field, first_row, rows)
 
     def _gather_all(self) -> Any:
         if not tf.executing_eagerly():
@@ -337,8 +329,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _clear_value(self) -> np.int64:
         with self._lock:
             self._check_open()
-            self._table.added = 0
-            self._generation += 1
+            self._states.cleared_locked()
             if self._ends is not None:
                 _episodes.reset(self._ends)
             if self._priorities is not None:
@@ -357,15 +348,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
                 self._priorities.close()
 
     def _snapshot(self) -> tuple[int, list[np.ndarray], dict[str, np.ndarray]]:
-        with self._lock:
-            return self._table.added, self._table.copies(), self._extras_locked()
+        return self._states.snapshot()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         with self._lock:
-            if arrays:
-                self._table.replace(arrays)
-            self._table.added = added
-            self._generation += 1
+            self._states.replaced_locked(added, arrays)
             if self._priorities is not None:
                 self._priorities.restore(extras)
             if self._ends is not None:  # from the restored step types and weights
