@@ -235,12 +235,15 @@ def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndar
     rows' weights summed by distance, and each segment's newest episode end.
     """
     from tfbuffers import _episodes
+    from tfbuffers.prioritized import leaf_weights
 
     inner = underlying(buffer)
     batch_size, max_length = inner.batch_size, inner.max_length
     distance = np.zeros(inner.capacity + 1, np.int8)
     near = np.zeros([_episodes.NEAR + 1, 3])
-    weights = np.asarray(inner._row_columns(np.arange(inner.capacity)))[:, 0]
+    weights = np.ones(inner.capacity)
+    if inner.prioritized:
+        weights = leaf_weights(np.asarray(inner.storage.extras["priority"]), inner.priority_exponent)
     last_ends = []
     for segment, types in enumerate(types_by_segment):
         stored = range(max(len(types) - max_length, 0), len(types))
@@ -256,9 +259,15 @@ def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndar
     return distance, near, last_ends
 
 
+def stored_record(buffer) -> list:
+    """The record's three extras as the buffer's storage keeps them: distance, near, last_end."""
+    extras = underlying(buffer).storage.extras
+    return [extras[f"episodes/{name}"] for name in ("distance", "near", "last_end")]
+
+
 def assert_record(buffer, types_by_segment: list[list[int]]) -> None:
     distance, near, last_ends = reference_record(buffer, types_by_segment)
-    record = [np.asarray(x) for x in underlying(buffer)._ends]
+    record = [np.asarray(x) for x in stored_record(buffer)]
     np.testing.assert_array_equal(record[0][:-1], distance[:-1])  # the last row takes masked-out writes
     np.testing.assert_allclose(record[1][1:], near[1:], rtol=1e-12)  # row 0 takes masked-out sums
     assert record[2].tolist() == last_ends
@@ -276,7 +285,7 @@ def test_the_adds_keep_the_record_of_episode_ends_through_wraps_clear_restore_an
             ids = rng.choice((t + 1 - min(t + 1, max_length)) * batch_size + np.arange(min(t + 1, max_length) * 3), 6)
             buffer.update_priorities(ids, np.append(rng.uniform(0.1, 3.0, 5), 0.0))
         assert_record(buffer, [segment[: t + 1] for segment in types])
-    assert (np.asarray(underlying(buffer)._ends[0]) > 0).sum() > 10  # rows near ends, some written before the wrap
+    assert (np.asarray(stored_record(buffer)[0]) > 0).sum() > 10  # rows near ends, some written before the wrap
     state = underlying(buffer).state()
     buffer.clear()
     assert_record(buffer, [[]] * batch_size)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree, host, prioritized, sampling, specs
+from tfbuffers import _episodes, _ring, host, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._py_states import HostStates
 from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
@@ -156,7 +156,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         parts = (weak_method(self._extras_locked), weak_method(self._check_open))
         self._states = HostStates(self._table, self._lock, self._max_length, *parts)
         # Kept by adds with episode boundaries, in the storage.
-        self._ends = _episodes.extras(self._table, self._batch_size) if self._episodes else None
+        self._ends: _episodes.HostRecord | None = None
+        if self._episodes:
+            self._ends = _episodes.HostRecord(self._table, self._step_field, self._batch_size, self._max_length)
 
     def _num_frames(self) -> Any:
         return host.now_or_when_run(self._num_frames_value)
@@ -172,59 +174,17 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         arrays = host.arrays(leaves)
         with self._lock:
             added = self._table.added
-            cut = self._cut_before(added, arrays) if self._episodes else None
+            ends = self._ends
+            cut = None if ends is None else ends.cut_before(added, arrays[self._step_field])
             first_row = _ring.block_start(added, self._max_length, self._batch_size)
             self._table.write_block(first_row, arrays)
-            if cut is not None:
-                self._record_ends_locked(added, cut)
+            if ends is not None and cut is not None:
+                ends.written(added, cut)
             self._table.added = added + 1
             if self._priorities is not None:
                 self._priorities.added(first_row)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
-
-    def _cut_before(self, added: int, arrays: list[np.ndarray]) -> np.ndarray:
-        """`[batch_size]` whether an episode ends between each segment's newest frame and `arrays`' (under the lock)."""
-        if not added:
-            return np.zeros([self._batch_size], bool)
-        newest = int(_ring.block_start(added - 1, self._max_length, self._batch_size))
-        previous = self._table.column(self._step_field)[newest : newest + self._batch_size]
-        return _episodes.is_cut(previous, arrays[self._step_field])
-
-    def _record_ends_locked(self, added: int, cut: np.ndarray) -> None:
-        """Add number `added` was written: its rows leave the record, an ended episode's last frames join it.
-
-        `tfbuffers._episodes.ending_rows` as plain loops over the few segments whose episode ended: an add's
-        numpy calls cost more than their arithmetic. The TF buffer's vectorised update, run over numpy (its
-        parts skipped where they change nothing), made these adds 1.35x slower (18 to 24 us per add of 4
-        segments, episodes of about 50 frames; measured 2026-11): the numpy add keeps its own.
-        """
-        record = self._ends
-        assert record is not None, "kept with episode boundaries only"
-        first = int(_ring.block_start(added, self._max_length, self._batch_size))
-        left = record.distance[first : first + self._batch_size]
-        if left.any():  # the overwritten frames were near the end of their episode
-            rows = first + np.flatnonzero(left)
-            np.subtract.at(record.near, left[left > 0], self._row_columns(rows))
-            left[:] = 0
-        if not cut.any():
-            return
-        ended = added - 1
-        oldest_after = added + 1 - min(added + 1, self._max_length)
-        for segment in np.flatnonzero(cut):
-            low = max(int(record.last_end[segment]) + 1, oldest_after, ended - _episodes.NEAR + 1)
-            adds = np.arange(low, ended + 1)
-            rows = (adds % self._max_length) * self._batch_size + segment
-            distances = ended - adds + 1  # distinct: a plain indexed add
-            record.distance[rows] = distances
-            record.near[distances] += self._row_columns(rows)
-            record.last_end[segment] = ended
-
-    def _row_columns(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' `near` columns (`_episodes.columns` of their weights in draws: 1, or their priority's)."""
-        if self._priorities is None:
-            return np.ones([len(rows), 3])
-        return _episodes.columns(self._priorities.weights(rows))
 
     def _keep_priorities(self, priority_exponent: float) -> None:
         """Samples by priority: priorities kept in the storage (`prioritized.HostPriorities`), a `PrioritizedSampler`.
@@ -233,6 +193,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """
         size = (self._batch_size, self._max_length)
         self._priorities = prioritized.HostPriorities(self._table, *size, priority_exponent)
+        if self._ends is not None:
+            self._ends.weights = self._priorities.weights
         self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
 
     def _priority_tree(self) -> np.ndarray:
@@ -242,12 +204,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """Sets the priorities of distinct `rows` (checked), moving their weight in the record of episode ends."""
         weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
         if self._ends is not None:  # from the rows' old weights, read before the tree changes
-            _episodes.reweighted(_sum_tree.NUMPY, self._ends, rows, weights, self._row_columns(rows))
+            self._ends.reweighted(rows, weights)
         self._priorities.update(rows, priorities, weights)
 
     def _episode_ends(self) -> _episodes.Near:
         assert self._ends is not None, "the sampler reads it with episode boundaries only"
-        return self._ends  # under the lock
+        return self._ends.record  # under the lock
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
@@ -331,7 +293,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._check_open()
             self._states.cleared_locked()
             if self._ends is not None:
-                _episodes.reset(self._ends)
+                self._ends.cleared()
             if self._priorities is not None:
                 self._priorities.cleared()
         return np.int64(0)
@@ -356,10 +318,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             if self._priorities is not None:
                 self._priorities.restore(extras)
             if self._ends is not None:  # from the restored step types and weights
-                column = self._table.column(self._step_field)
-                weights = self._row_columns(np.arange(self.capacity))[:, _episodes.WEIGHT]
-                rebuilt = _episodes.rebuild(column, weights, added, self._max_length, self._batch_size)
-                _episodes.assign(self._ends, rebuilt)
+                self._ends.restored(added)
 
     def _extras_locked(self) -> dict[str, np.ndarray]:
         """Copies of the extra arrays of the state (see `state_template`): a prioritized buffer's priorities."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree, prioritized, sampling, specs
+from tfbuffers import _episodes, _ring, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._graph_calls import GraphCalls
 from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
@@ -161,7 +161,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
             ends = None
             if self._episodes:  # the adds' record of episode ends (see `tfbuffers._episodes`)
-                ends = _episodes.extras(storage, self._batch_size)
+                ends = _episodes.GraphRecord(storage, self._step_field, self._batch_size, self._max_length)
         # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
         # episode ends follows from the step types).
         calls = GraphCalls(concurrency.eager_lock)
@@ -252,7 +252,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 else:
                     rows = [block] * len(leaves)
                 # The record reads the previous frames' step types and the overwritten rows' weights first.
-                record = self._ends_written(added, leaves)
+                record = [] if self._ends is None else self._ends.written(added, leaves[self._step_field])
                 with tf.control_dependencies(record):
                     priorities = [] if self._priorities is None else self._priorities.added(block)
                     writes = [*record, *self._table.write(rows, leaves), *priorities]
@@ -264,52 +264,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             return self._concurrency.exclusive([*checks, *leaves], write, "add_batch")
 
-    def _ends_written(self, added: tf.Tensor, leaves: list[Any]) -> list[Any]:
-        """The record of episode ends' writes for add number `added` (see `tfbuffers._episodes`), or none."""
-        if self._ends is None:
-            return []
-        segments = _OPS.arange(self._batch_size)
-        block = _ring.block_start(added, self._max_length, self._batch_size) + segments
-        newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + segments
-        cut = (added > 0) & _episodes.is_cut(
-            tf.gather(self._table.variables[self._step_field], newest), leaves[self._step_field]
-        )
-        rows, distances, kept, last_end = _episodes.ending_rows(
-            _sum_tree.TENSORFLOW, cut, self._ends.last_end.read_value(), added, self._max_length, self._batch_size
-        )
-        rows, distances, kept = tf.reshape(rows, [-1]), distances.reshape(-1), tf.reshape(kept, [-1])
-        # Masked-out entries go to the spare row and the unused distance 0.
-        left = tf.cast(tf.gather(self._ends.distance, block), tf.int64)
-        joined = tf.where(kept, distances, 0)
-        sums = tf.concat([-self._row_columns(block), self._row_columns(rows)], 0)
-        with tf.control_dependencies([left, sums]):
-            return [
-                self._ends.near.scatter_add(tf.IndexedSlices(sums, tf.concat([left, joined], 0))),
-                self._ends.distance.scatter_update(
-                    tf.IndexedSlices(
-                        tf.cast(tf.concat([0 * left, joined], 0), tf.int8),
-                        tf.concat([block, tf.where(kept, rows, self.capacity)], 0),
-                    )
-                ),
-                self._ends.last_end.assign(last_end, read_value=False),
-            ]
-
-    def _ends_cleared(self) -> list[Any]:
-        if self._ends is None:
-            return []
-        distance, near, last_end = self._ends
-        return [
-            distance.assign(tf.zeros_like(distance), read_value=False),
-            near.assign(tf.zeros_like(near), read_value=False),
-            last_end.assign(tf.fill(tf.shape(last_end), tf.constant(-1, tf.int64)), read_value=False),
-        ]
-
-    def _row_columns(self, rows: tf.Tensor) -> tf.Tensor:
-        """The rows' `near` columns (`_episodes.columns` of their weights in draws: 1, or their priority's)."""
-        if self._priorities is None:
-            return tf.ones([rows.shape[0], 3], tf.float64)
-        return _episodes.columns(self._priorities.weights(rows))
-
     def _keep_priorities(self, priority_exponent: float) -> None:
         """Samples by priority: priorities kept in the storage (`prioritized.GraphPriorities`), a `PrioritizedSampler`.
 
@@ -318,6 +272,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(self._device), tf.name_scope(self._scope):
             priorities = prioritized.GraphPriorities(self._table, self._batch_size, priority_exponent)
         self._untracked(_priorities=priorities)
+        if self._ends is not None:
+            self._ends.weights = priorities.weights
         size = (self._batch_size, self._max_length)
         self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
 
@@ -329,13 +285,13 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
         moved = []
         if self._ends is not None:  # from the rows' old weights, read before the tree changes
-            moved = [_episodes.reweighted(_sum_tree.TENSORFLOW, self._ends, rows, weights, self._row_columns(rows))]
+            moved = [self._ends.reweighted(rows, weights)]
         with tf.control_dependencies(moved):
             return [*moved, *self._priorities.update(rows, priorities, weights)]
 
     def _episode_ends(self) -> _episodes.Near:
         # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
-        return _episodes.Near(self._ends.distance, self._ends.near.read_value(), self._ends.last_end)
+        return self._ends.read()
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
@@ -473,13 +429,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             weights = np.ones([self.capacity])
             if self._priorities is not None:
                 weights = prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priorities.priority_exponent)
-            ends = list(_episodes.rebuild(column, weights, added, self._max_length, self._batch_size))
+            ends = list(self._ends.rebuilt(column, weights, added))
         priorities = [] if self._priorities is None else self._priorities.restored(extras)
         self._states.restore(added, [*arrays, *priorities, *ends])
 
     def _restored_variables(self) -> list[tf.Variable]:
         """What a restore assigns beside the rows: a prioritized buffer's priorities, the record of episode ends."""
-        return [*([] if self._priorities is None else self._priorities.restore_targets), *(self._ends or ())]
+        ends = () if self._ends is None else self._ends.variables
+        return [*([] if self._priorities is None else self._priorities.restore_targets), *ends]
 
     def _gather_all(self) -> Any:
         if tf.executing_eagerly():
@@ -511,7 +468,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             def clear() -> tuple[list[Any], tf.Tensor]:
                 def reset() -> list[Any]:
                     priorities = [] if self._priorities is None else self._priorities.cleared()
-                    return [self._added.assign(0, read_value=False), *priorities, *self._ends_cleared()]
+                    ends = [] if self._ends is None else self._ends.cleared()
+                    return [self._added.assign(0, read_value=False), *priorities, *ends]
 
                 effects = self._concurrency.rewrite(reset)
                 return effects, tf.constant(0, tf.int64)
