@@ -87,6 +87,12 @@ def is_cut(previous_types: Any, new_types: Any) -> Any:
     return (previous_types == LAST) | (new_types == FIRST)
 
 
+def within(xp: Any, types: Any) -> Any:
+    """`[...]` bool for step types `[..., num_steps]` (`xp`: numpy or tf): no LAST but last, no FIRST but first."""
+    any_ = np.any if xp is np else tf.reduce_any
+    return ~any_(is_cut(types[..., :-1], types[..., 1:]), axis=-1)
+
+
 def columns(weights: Any) -> Any:
     """The `near` columns (`[..., 3]` float64) of rows of `weights`, numpy or a tensor: weight, above 0, 1."""
     if isinstance(weights, np.ndarray):

@@ -1,32 +1,34 @@
-"""What the TF and numpy uniform buffers share: segments, rings, sampling, random access and datasets.
+"""What the TF and numpy uniform buffers share: segments, options, the sampler's wiring and random access.
 
 A segmented buffer keeps `batch_size` segments of `max_length` frames (see
-`tfbuffers._ring` for the layout and the ids). Its subclasses provide storage:
-how to write a block, gather rows, read the add counter and snapshot or replace
-the contents. A `tfbuffers.sampling.Sampler` says which windows a sample
-draws. This class builds everything else from those, once; states, files and
-configs are its layer `tfbuffers._segmented_states.SegmentedStates`.
+`tfbuffers._ring` for the layout and the ids). Its subclasses are the execution
+modes (graph ops on a `VariableStorage`, host numpy behind `tfbuffers.host`): how
+to write a block, gather rows, read the add counter and snapshot or replace the
+contents. A `tfbuffers.sampling.Sampler` says which windows a sample draws; the
+datasets are a part (`tfbuffers._datasets.SegmentedDatasets`) built on the
+buffer's reads as tensors; states, files and configs are its layer
+`tfbuffers._segmented_states.SegmentedStates`.
 """
 
 from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _episodes, _ring, prioritized, sampling, specs
+from tfbuffers import _datasets, _ring, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented_states import SegmentedStates
 from tfbuffers.replay_buffer import (
-    BufferInfo,
     _not_converted,
     keep_alive,
     optional_positive_int,
     positive_int,
+    weak_method,
 )
 
 NOT_A_BOOL = "{name}: expected a bool, got {received}"
@@ -43,21 +45,13 @@ EPISODE_OPTION = (
 )
 EPISODE_FIELD = "episode_boundaries: field {path}: expected an integer scalar spec (step types), got {received}"
 
-# The options of a dataset whose elements are read when `next` asks, by the caller's thread (a `prefetch` or
-# `num_parallel_calls` the user asks for reads ahead, as the user chose):
-# - tf.data would otherwise run a last, stateless map in parallel and prefetch after it (the TF buffer's
-#   sampled datasets end with one): elements read before `next` asks, holding frames older than the buffer's;
-# - its automatic prefetch would make a host buffer's elements in a thread of its own: an iterator dropped
-#   while that thread waits for the GIL to run the host call (at the latest when the interpreter exits,
-#   holding the GIL while it frees the iterator, which waits for the thread) never finishes, and the program
-#   hangs at exit. TF-Agents' py buffer does (tests/hygiene_test.py).
-READ_WHEN_ASKED = tf.data.Options()
-READ_WHEN_ASKED.experimental_optimization.map_parallelization = False
-READ_WHEN_ASKED.experimental_optimization.inject_prefetch = False
-
 
 class SegmentedReplayBuffer(SegmentedStates):
     """A buffer of `batch_size` rings of `max_length` frames each."""
+
+    _HOST_READS: bool
+    """Whether the buffer's reads are host calls (numpy behind `tfbuffers.host`): then every dataset of it
+    reads when asked (`tfbuffers._datasets.READ_WHEN_ASKED`)."""
 
     def __init__(
         self,
@@ -89,6 +83,15 @@ class SegmentedReplayBuffer(SegmentedStates):
         if step_field is not None:
             self._step_field = step_field
         self._use_sampler(sampling.make(sampler, type(self).__name__, batch_size, max_length))
+        self._datasets = _datasets.SegmentedDatasets(
+            weak_method(self._dataset_reads),
+            batch_size=batch_size,
+            max_length=max_length,
+            step_field=step_field,
+            window_shift=dataset_window_shift,
+            drop_remainder=dataset_drop_remainder,
+            host_reads=self._HOST_READS,
+        )
         # A prioritized buffer's priorities (`tfbuffers.prioritized`: `HostPriorities` or `GraphPriorities`).
         self._priorities: Any = None
         # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
@@ -140,11 +143,6 @@ class SegmentedReplayBuffer(SegmentedStates):
     def episode_boundaries(self) -> bool | str:
         """The constructor's `episode_boundaries`: False, True (the `step_type` field) or a field's path."""
         return self._episode_boundaries
-
-    def _within_episodes(self, ids: tf.Tensor) -> tf.Tensor:
-        """Whether each window of frame ids `[..., num_steps]` (stored) lies within one episode: `[...]` bool."""
-        types = self._gather_tensors(ids, [self._step_field])[0]
-        return _within_episodes(tf, types)
 
     @property
     def batch_size(self) -> int:
@@ -277,16 +275,8 @@ class SegmentedReplayBuffer(SegmentedStates):
         """How many full batches of `sample_batch_size` windows `epoch_dataset` yields now (eager only)."""
         sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
         num_steps = self._check_num_steps(num_steps)
-        steps = num_steps or 1
-        if self._episodes and steps > 1:
-            # The step types alone, oldest first by id (time-major), as [batch_size, frames per segment].
-            path = self._fields[self._step_field].path
-            types = np.asarray(self.sample_by_index(np.arange(self.size), [path])[path])
-            types = types.reshape(-1, self._batch_size).T
-            types = np.lib.stride_tricks.sliding_window_view(types, steps, axis=1)
-            return int(np.count_nonzero(_within_episodes(np, types))) // sample_batch_size
-        per_segment = self.size // self._batch_size
-        return max(per_segment - steps + 1, 0) * self._batch_size // sample_batch_size
+        self._check_open()
+        return self._datasets.full_batches_per_epoch(sample_batch_size, num_steps)
 
     @_not_converted
     def epoch_dataset(
@@ -324,80 +314,37 @@ class SegmentedReplayBuffer(SegmentedStates):
             raise TypeError(
                 NOT_A_BOOL.format(name="drop_remainder", received=f"{type(drop_remainder).__name__} {drop_remainder!r}")
             )
-        steps = num_steps or 1
-        ops = _ring.TENSORFLOW
-
-        @tf.autograph.experimental.do_not_convert
-        def windows(_: tf.Tensor) -> tf.data.Dataset:
-            added = self._added_tensor()
-            first, count = _ring.stored_windows(ops, added, self._max_length, self._batch_size, steps)
-            firsts = first + ops.arange(count)
-            ids, _ = _ring.window_ids_and_rows(ops, firsts, self._max_length, self._batch_size, steps)
-            if self._episodes and steps > 1:
-                ids = tf.boolean_mask(ids, self._within_episodes(ids))
-            return tf.data.Dataset.from_tensor_slices(ids)
-
-        @tf.autograph.experimental.do_not_convert
-        def gather(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
-            if num_steps is None:
-                ids = ids[:, 0]
-            return self._pack_for_dataset(self._gather_tensors(ids)), BufferInfo(ids, ())
-
-        # A shuffle buffer as large as the buffer's capacity holds every window: a uniform permutation. It
-        # fills as far as the windows go (8 bytes per frame and step).
-        ids = (
-            tf.data.Dataset.range(1)
-            .flat_map(windows)
-            .shuffle(self.capacity, seed=seed)
-            .batch(sample_batch_size, drop_remainder=drop_remainder)
+        dataset = self._datasets.epoch(
+            sample_batch_size,
+            num_steps,
+            drop_remainder=drop_remainder,
+            seed=seed,
+            num_parallel_calls=num_parallel_calls,
         )
-        return keep_alive(ids.map(gather, num_parallel_calls=num_parallel_calls), self)
+        return keep_alive(dataset, self)
 
-    # Datasets.
+    # Datasets (`tfbuffers._datasets`), each holding the buffer.
 
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        @tf.autograph.experimental.do_not_convert
-        def sample(_: tf.Tensor) -> tuple[Any, BufferInfo]:
-            leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
-            return self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
-
-        return tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+        return keep_alive(self._datasets.sampled(sample_batch_size, num_steps, num_parallel_calls), self)
 
     def _single_deterministic_pass_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        ids = _deterministic.ids_dataset(
+        dataset = self._datasets.deterministic_pass(sample_batch_size, num_steps, num_parallel_calls)
+        return keep_alive(dataset, self)
+
+    def _dataset_reads(self) -> _datasets.Reads:
+        """The reads the buffer's datasets call: its reads as tensors, held weakly."""
+        methods: tuple[Callable[..., Any], ...] = (
             self._added_tensor,
-            max_length=self._max_length,
-            batch_size=self._batch_size,
-            sample_batch_size=sample_batch_size,
-            num_steps=num_steps,
-            window_shift=self._dataset_window_shift,
-            drop_remainder=self._dataset_drop_remainder,
+            self._gather_tensors,
+            self._sample_tensors,
+            self._pack_for_dataset,
         )
-
-        if self._episodes and num_steps is not None:
-            ids = self._episode_windows_only(ids, sample_batch_size)
-
-        @tf.autograph.experimental.do_not_convert
-        def gather(frame_ids: tf.Tensor) -> tuple[Any, BufferInfo]:
-            leaves = self._gather_tensors(frame_ids)
-            return self._pack_for_dataset(leaves), BufferInfo(frame_ids, ())
-
-        return ids.map(gather, num_parallel_calls=num_parallel_calls)
-
-    def _episode_windows_only(self, ids: tf.data.Dataset, sample_batch_size: int | None) -> tf.data.Dataset:
-        """The deterministic pass's windows that lie within one episode; elements left with none are skipped."""
-        if sample_batch_size is None:  # one window per element
-            return ids.filter(tf.autograph.experimental.do_not_convert(self._within_episodes))
-
-        @tf.autograph.experimental.do_not_convert
-        def keep_within(frame_ids: tf.Tensor) -> tf.Tensor:
-            return tf.boolean_mask(frame_ids, self._within_episodes(frame_ids))
-
-        return ids.map(keep_within).filter(lambda frame_ids: tf.shape(frame_ids)[0] > 0)
+        return _datasets.Reads(*[weak_method(method) for method in methods])
 
     def _rows(self, ids: Any) -> Any:
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)
@@ -528,12 +475,6 @@ def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:
     if not spec.dtype.is_integer or spec.shape.rank != 0:
         raise ValueError(EPISODE_FIELD.format(path=path, received=f"{spec.dtype.name} {spec.shape}"))
     return paths.index(path)
-
-
-def _within_episodes(xp: Any, types: Any) -> Any:
-    """`[...]` bool for step types `[..., num_steps]` (`xp`: numpy or tf): no LAST but last, no FIRST but first."""
-    any_ = np.any if xp is np else tf.reduce_any
-    return ~any_(_episodes.is_cut(types[..., :-1], types[..., 1:]), axis=-1)
 
 
 def _time_major(x: Any) -> Any:

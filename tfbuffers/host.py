@@ -49,6 +49,8 @@ def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes:
     outputs = tf.numpy_function(weak_method(method), list(inputs), dtypes, stateful=True)
     if not isinstance(dtypes, list | tuple):
         return tf.ensure_shape(outputs, shapes)
+    if tf.is_tensor(outputs):  # eagerly, a list of one output comes back as the tensor alone
+        outputs = [outputs]
     for output, shape in zip(outputs, shapes):
         output.set_shape(shape)
     return outputs

@@ -12,11 +12,10 @@ import tensorflow as tf
 from tfbuffers import _episodes, _ring, host, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._py_states import HostStates
-from tfbuffers._segmented import READ_WHEN_ASKED, SegmentedReplayBuffer
+from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     BufferInfo,
-    keep_alive,
     optional_positive_int,
     positive_int,
     weak_method,
@@ -74,6 +73,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     >>> items["obs"].shape, info.probabilities.tolist()
     ((4, 2, 2), [0.25, 0.25, 0.25, 0.25])
     """
+
+    _HOST_READS = True
 
     def __init__(
         self,
@@ -330,7 +331,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the
     # functions given to numpy_function in a global registry for as long as it pleases, so
     # they reach the buffer through a weak reference: a dropped buffer is freed. The
-    # datasets hold the buffer itself (see `_as_dataset`).
+    # datasets hold the buffer itself (see `tfbuffers.replay_buffer.keep_alive`).
 
     def _added_value(self) -> np.int64:
         return np.int64(self._table.added)
@@ -350,18 +351,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         return host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps)
-
-    def _as_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        dataset = super()._as_dataset(sample_batch_size, num_steps, num_parallel_calls)
-        return keep_alive(dataset.with_options(READ_WHEN_ASKED), self)
-
-    def _single_deterministic_pass_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        dataset = super()._single_deterministic_pass_dataset(sample_batch_size, num_steps, num_parallel_calls)
-        return keep_alive(dataset.with_options(READ_WHEN_ASKED), self)
 
     def _leaf_types(
         self, outer: tf.TensorShape, fields: Sequence[int] | None = None

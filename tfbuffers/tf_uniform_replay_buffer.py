@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, prioritized, sampling, specs
+from tfbuffers import _datasets, _episodes, _ring, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._graph_calls import GraphCalls
-from tfbuffers._segmented import NOT_A_BOOL, READ_WHEN_ASKED, SegmentedReplayBuffer, _within_episodes
+from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._tf_states import GraphStates
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
@@ -81,6 +81,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     >>> items["obs"].shape.as_list(), info.probabilities.numpy().tolist()
     ([4, 2, 2], [0.25, 0.25, 0.25, 0.25])
     """
+
+    _HOST_READS = False
 
     def __init__(
         self,
@@ -382,7 +384,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             if self._ends is not None and (num_steps or 1) > 1:
                 # The record of episode ends is read beside a concurrent add's writes: a window it lets
                 # through that crosses a boundary (or runs past the newest frame) is read again.
-                within = tf.reduce_all(_within_episodes(tf, leaves[self._step_field]))
+                within = tf.reduce_all(_episodes.within(tf, leaves[self._step_field]))
                 stored = tf.reduce_max(sample.ids) < added * self._batch_size
                 whole = (within & stored) | tf.logical_not(sample.valid)
                 oldest = tf.where(whole, oldest, tf.constant(-1 - self._max_length, tf.int64))
@@ -390,18 +392,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
         return draw, checked
 
-    def _as_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        # An element is one read; a torn one (a write overlapped it) is dropped and the next one drawn, as a
-        # retry would (see `tfbuffers._tf_concurrency`): no loop in the element's function.
-        @tf.autograph.experimental.do_not_convert
-        def attempt(_: tf.Tensor) -> tuple[tf.Tensor, Any, BufferInfo]:
-            whole, leaves, ids, probabilities = self._sample_attempt(sample_batch_size, num_steps)
-            return whole, self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
-
-        attempts = tf.data.Dataset.counter().map(attempt, num_parallel_calls=num_parallel_calls)
-        return attempts.filter(_whole).map(_read).with_options(READ_WHEN_ASKED)
+    def _dataset_reads(self) -> _datasets.Reads:
+        # A dataset's element is one read: a torn one is dropped and the next one drawn (`_sample_attempt`).
+        return super()._dataset_reads()._replace(attempt=weak_method(self._sample_attempt))
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         leaves, ids, probabilities = self._calls.if_eager(self._sample_tensors)(sample_batch_size, num_steps)
@@ -479,13 +472,3 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _extra_variables(self) -> dict[str, tf.Variable]:
         """The state's extras (see `state_template`), by name: read with the rows by `state()`."""
         return {} if self._priorities is None else self._priorities.state()
-
-
-@tf.autograph.experimental.do_not_convert
-def _whole(whole: tf.Tensor, items: Any, info: BufferInfo) -> tf.Tensor:
-    return whole
-
-
-@tf.autograph.experimental.do_not_convert
-def _read(whole: tf.Tensor, items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
-    return items, info
