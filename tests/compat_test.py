@@ -1,0 +1,131 @@
+"""Files and checkpoints written before the storage seam (issue 30) load and restore exactly.
+
+`tests/data/before_storage_seam/` holds buffers' files and `tf.train.Checkpoint`s written by commit 753026e,
+the code before the redesign (its `make.py` says how, and which adds they hold). Each is read by today's code
+into the buffer it was, and again into a fresh buffer of the same configuration, and must hold the very frames,
+counter and priorities written, sample exactly as before, and go on adding.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfbuffers
+
+DATA = pathlib.Path(__file__).parent / "data" / "before_storage_seam"
+SPEC = {
+    "obs": tf.TensorSpec([2], tf.float32),
+    "action": tf.TensorSpec([], tf.int64),
+    "step_type": tf.TensorSpec([], tf.int32),
+}
+STACK_SPEC = {"pixels": tf.TensorSpec([2, 2, 4], tf.uint8), "step_type": tf.TensorSpec([], tf.int32)}
+SIZE = {"batch_size": 2, "max_length": 3}
+# Each fixture's class, its constructor's options beyond the sizes, and its data spec.
+FIXTURES = {
+    "py_uniform": (tfbuffers.PyUniformReplayBuffer, {"seed": 0}, SPEC),
+    "py_episodes": (tfbuffers.PyUniformReplayBuffer, {"seed": 0, "episode_boundaries": True}, SPEC),
+    "py_prioritized": (tfbuffers.PyPrioritizedReplayBuffer, {"seed": 0}, SPEC),
+    "py_frame_stacks": (tfbuffers.PyUniformReplayBuffer, {"seed": 0, "frame_stacks": "pixels"}, STACK_SPEC),
+    "tf_uniform": (tfbuffers.TFUniformReplayBuffer, {}, SPEC),
+    "tf_episodes": (tfbuffers.TFUniformReplayBuffer, {"episode_boundaries": True}, SPEC),
+    "tf_prioritized": (tfbuffers.TFPrioritizedReplayBuffer, {}, SPEC),
+}
+# The stored adds (of 5 into segments of 3 frames) and the priorities `make.py` set.
+STORED_ADDS = [2, 3, 4]
+SET_PRIORITIES = {4: 0.5, 7: 2.0, 9: 3.0}
+
+
+def expected_contents(name):
+    """`gather_all()` of a fixture, from the rule `make.py` wrote its adds by: `[2 segments, 3 frames, ...]`."""
+    t = np.array(STORED_ADDS)
+    segments = np.arange(2)[:, None]
+    step_types = np.broadcast_to(t % 3, [2, 3]).astype(np.int32)
+    if name == "py_frame_stacks":
+        depth = np.maximum(t[:, None] - 3 + np.arange(4), 0).astype(np.uint8)  # [3 frames, 4]
+        return {"pixels": np.broadcast_to(depth[None, :, None, None, :], [2, 3, 2, 2, 4]), "step_type": step_types}
+    obs = np.stack([t + segments / 10, np.broadcast_to(-t, [2, 3])], axis=-1).astype(np.float32)
+    return {"obs": obs, "action": 100 * t + segments, "step_type": step_types}
+
+
+def contents(buffer):
+    return tf.nest.map_structure(np.asarray, buffer.gather_all())
+
+
+def assert_holds_the_fixture(buffer, name):
+    buffer_class, options, spec = FIXTURES[name]
+    assert type(buffer) is buffer_class
+    assert buffer.batch_size == 2 and buffer.max_length == 3
+    assert int(buffer.num_frames()) == 6
+    expected = expected_contents(name)
+    received = contents(buffer)
+    assert sorted(received) == sorted(expected)
+    for path, values in expected.items():
+        np.testing.assert_array_equal(received[path], values, err_msg=path)
+        assert received[path].dtype == values.dtype, path
+    if name.endswith("episodes"):
+        assert buffer.episode_boundaries is True
+    if buffer.prioritized:
+        weights = {i: SET_PRIORITIES.get(i, 1.0) ** buffer.priority_exponent for i in range(4, 10)}
+        _, info = buffer.get_next(sample_batch_size=64)
+        ids = np.asarray(info.ids)
+        assert set(ids.tolist()) <= set(weights)
+        np.testing.assert_allclose(
+            np.asarray(info.probabilities), [weights[i] / sum(weights.values()) for i in ids.tolist()], rtol=1e-6
+        )
+
+
+def windows_of_two(buffer):
+    """Every id a `get_next(num_steps=2)` may start at, and the probability it gives each."""
+    _, info = buffer.get_next(sample_batch_size=64, num_steps=2)
+    firsts = np.asarray(info.ids)[:, 0]
+    return sorted(set(firsts.tolist())), sorted(set(np.round(np.asarray(info.probabilities), 9).tolist()))
+
+
+def assert_goes_on(buffer, name):
+    """The adds and samples of the code that wrote the fixture: windows, probabilities, the next ids."""
+    if not buffer.prioritized:
+        if name.endswith("episodes"):  # adds 2, 3, 4 are LAST, FIRST, MID: only windows from add 3
+            assert windows_of_two(buffer) == ([6, 7], [0.5])
+        else:
+            assert windows_of_two(buffer) == ([4, 5, 6, 7], [0.25])
+    frame = {path: values[:, -1] for path, values in expected_contents(name).items()}
+    assert np.asarray(buffer.add_batch(frame)).tolist() == [10, 11]
+    assert int(buffer.num_frames()) == 6
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+
+
+def fresh(name):
+    buffer_class, options, spec = FIXTURES[name]
+    return buffer_class(spec, **SIZE, **options)
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_a_file_written_before_the_storage_seam_loads_into_the_buffer_it_was(name):
+    buffer = tfbuffers.load(DATA / f"{name}.tfb", progress=False)
+    assert_holds_the_fixture(buffer, name)
+    assert_goes_on(buffer, name)
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_a_file_written_before_the_storage_seam_loads_through_its_class(name):
+    buffer = FIXTURES[name][0].load(DATA / f"{name}.tfb", progress=False)
+    assert_holds_the_fixture(buffer, name)
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_a_checkpoint_written_before_the_storage_seam_restores(name):
+    buffer = fresh(name)
+    tf.train.Checkpoint(buffer=buffer).read(str(DATA / f"{name}.ckpt")).assert_consumed()
+    assert_holds_the_fixture(buffer, name)
+    assert_goes_on(buffer, name)
+
+
+def test_the_fixtures_are_those_make_py_writes():
+    # Every kind that make.py writes is read here, file and checkpoint.
+    written = {path.name.split(".")[0] for path in DATA.iterdir() if path.suffix in (".tfb", ".index")}
+    assert written == set(FIXTURES)
