@@ -71,6 +71,42 @@ def test_making_and_dropping_buffers_in_a_loop_does_not_keep_them(kind):
     assert [b for b in buffers if b() is not None] == []
 
 
+EPISODE_SPEC = {"x": tf.TensorSpec([3], tf.float32), "step_type": tf.TensorSpec([], tf.int32)}
+FREED_KINDS = {
+    "py": (tfbuffers.PyUniformReplayBuffer, {}),
+    "py episodes": (tfbuffers.PyUniformReplayBuffer, {"episode_boundaries": True}),
+    "py prioritized": (tfbuffers.PyPrioritizedReplayBuffer, {}),
+    "py prioritized episodes": (tfbuffers.PyPrioritizedReplayBuffer, {"episode_boundaries": True}),
+    "py frame stacks": (tfbuffers.PyUniformReplayBuffer, {"frame_stacks": {"x": 0}}),
+    "tf": (tfbuffers.TFUniformReplayBuffer, {}),
+    "tf episodes": (tfbuffers.TFUniformReplayBuffer, {"episode_boundaries": True}),
+    "tf prioritized": (tfbuffers.TFPrioritizedReplayBuffer, {}),
+    "tf prioritized episodes": (tfbuffers.TFPrioritizedReplayBuffer, {"episode_boundaries": True}),
+}
+
+
+@pytest.mark.parametrize("name", list(FREED_KINDS))
+def test_a_dropped_buffer_is_freed_at_once_without_the_cycle_collector(name):
+    # Its parts (sampler, priorities, record of episode ends, datasets, states) hold it weakly: no reference
+    # cycle keeps a dropped buffer's storage (gigabytes, for an Atari buffer) until some later collection.
+    buffer_class, options = FREED_KINDS[name]
+    gc.collect()
+    gc.disable()
+    try:
+        buffer = buffer_class(EPISODE_SPEC, batch_size=2, max_length=8, **options)
+        for t in range(5):
+            buffer.add_batch({"x": np.full([2, 3], t, np.float32), "step_type": np.full([2], t % 3, np.int32)})
+        buffer.get_next(sample_batch_size=4, num_steps=2)
+        next(iter(buffer.as_dataset(sample_batch_size=4, num_steps=2)))
+        if buffer.prioritized:
+            buffer.update_priorities(np.array([2, 3]), np.array([2.0, 0.5]))
+        dropped = weakref.ref(buffer)
+        del buffer
+        assert dropped() is None
+    finally:
+        gc.enable()
+
+
 WORKFLOW = textwrap.dedent(
     """
     import contextlib, io, tempfile, warnings

@@ -102,8 +102,9 @@ class SegmentedReplayBuffer(SegmentedStates):
         if self._episodes:
             if not sampler.keeps_episode_boundaries:
                 raise ValueError(sampling.NO_EPISODES.format(sampler=type(sampler).__name__))
-            sampler.step_types = self._step_types
-            sampler.near = self._episode_ends
+            # Held weakly, as every part the buffer holds holds it: a dropped buffer is freed at once.
+            sampler.step_types = weak_method(self._step_types)
+            sampler.near = weak_method(self._episode_ends)
         self._sampler = sampler
 
     def state_template(self) -> state_lib.BufferState:

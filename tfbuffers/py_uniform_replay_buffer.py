@@ -196,7 +196,8 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._priorities = prioritized.HostPriorities(self._table, *size, priority_exponent)
         if self._ends is not None:
             self._ends.weights = self._priorities.weights
-        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
+        tree = weak_method(self._priority_tree)  # held weakly: no reference cycle
+        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
 
     def _priority_tree(self) -> np.ndarray:
         return self._priorities.tree()  # the sampler calls it under the lock

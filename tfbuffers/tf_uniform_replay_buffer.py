@@ -277,7 +277,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         if self._ends is not None:
             self._ends.weights = priorities.weights
         size = (self._batch_size, self._max_length)
-        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, self._priority_tree))
+        tree = weak_method(self._priority_tree)  # held weakly: no reference cycle
+        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
 
     def _priority_tree(self) -> tf.Variable:
         return self._priorities.tree
