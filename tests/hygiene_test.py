@@ -247,18 +247,27 @@ ITERATE_THEN_EXIT = textwrap.dedent(
     buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=8, max_length=2000, seed=0)
     for _ in range(2000):
         buffer.add_batch({"x": np.ones([8, 17], np.float32)})
-    dataset = iter(buffer.as_dataset(256, 2))
-    for _ in range(200):
+    dataset = iter(DATASET)
+    for _ in range(ELEMENTS):
         next(dataset)
     print("iterated", flush=True)
     """
 )
+# Each kind of dataset of a py buffer, and how many elements a program reads of it (fewer than it has).
+PY_DATASETS = {
+    "sampled": ("buffer.as_dataset(256, 2)", 200),
+    "deterministic pass": ("buffer.as_dataset(256, 2, single_deterministic_pass=True)", 20),
+    "epoch": ("buffer.epoch_dataset(256, 2)", 20),
+}
 
 
-def test_a_program_that_iterates_a_py_buffers_dataset_exits():
+@pytest.mark.parametrize("kind", list(PY_DATASETS))
+def test_a_program_that_iterates_a_py_buffers_dataset_exits(kind):
     # With tf.data's automatic prefetch, the interpreter freeing the iterator at exit (holding the GIL) waited for
     # the prefetch thread, which waited for the GIL to run the next host call: 2 of 3 such runs hung (TF-Agents'
     # py buffer: 3 of 3). Three runs, each given two minutes.
+    dataset, elements = PY_DATASETS[kind]
+    program = ITERATE_THEN_EXIT.replace("DATASET", dataset).replace("ELEMENTS", str(elements))
     for _ in range(3):
-        run = subprocess.run([sys.executable, "-c", ITERATE_THEN_EXIT], capture_output=True, text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
         assert (run.returncode, run.stdout) == (0, "iterated\n"), run.stderr[-3000:]

@@ -164,7 +164,10 @@ class SegmentedDatasets:
         seed: int | None,
         num_parallel_calls: int | None,
     ) -> tf.data.Dataset:
-        """One shuffled epoch of every stored window (the buffer's `epoch_dataset`, arguments checked)."""
+        """One shuffled epoch of every stored window (the buffer's `epoch_dataset`, arguments checked).
+
+        Read when asked for a host buffer (`READ_WHEN_ASKED`), as its other datasets are.
+        """
         steps = num_steps or 1
         ops = _ring.TENSORFLOW
         reads = self._reads()
@@ -194,7 +197,8 @@ class SegmentedDatasets:
             .shuffle(self._batch_size * self._max_length, seed=seed)
             .batch(sample_batch_size, drop_remainder=drop_remainder)
         )
-        return ids.map(gather, num_parallel_calls=num_parallel_calls)
+        dataset = ids.map(gather, num_parallel_calls=num_parallel_calls)
+        return dataset.with_options(READ_WHEN_ASKED) if self._host_reads else dataset
 
     def full_batches_per_epoch(self, sample_batch_size: int, num_steps: int | None) -> int:
         """How many full batches `epoch` yields now (eager only, arguments checked)."""
