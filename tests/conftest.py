@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -135,6 +136,7 @@ class BufferKind:
       buffer_class: Its class.
       load_options: What `buffer_class.load(path, ...)` is given to rebuild this kind from a file beyond what the
         file records (a storage).
+      on_disk: Whether it keeps its rows in a directory (`directory=`): each load gets a new one.
     """
 
     name: str
@@ -143,10 +145,22 @@ class BufferKind:
     state_format: str = tfbuffers.state.SEGMENTED
     buffer_class: type = tfbuffers.PyUniformReplayBuffer
     load_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    on_disk: bool = False
 
     def load(self, path: Any, **overrides: Any) -> Any:
         """A buffer of this kind rebuilt from the file at `path` (`buffer_class.load`)."""
+        if self.on_disk:
+            overrides.setdefault("directory", new_directory())
         return self.buffer_class.load(path, **self.load_options, **overrides)  # type: ignore[attr-defined]
+
+
+# The memory-mapped kinds' directories, one each, under one directory removed when the tests' process exits.
+_DIRECTORIES = tempfile.TemporaryDirectory(prefix="tfbuffers-test-directories-")
+
+
+def new_directory(spec: Any = None) -> str:
+    """A new directory path for a memory-mapped buffer (`directory=`), not yet made."""
+    return os.path.join(tempfile.mkdtemp(dir=_DIRECTORIES.name), "buffer")
 
 
 def _from_registry(kind: tfbuffers.kinds.Kind, **preset: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -186,6 +200,8 @@ def _buffer_kinds() -> dict[str, BufferKind]:
     found["py_dict"] = BufferKind(
         "py_dict", _from_registry(py, storage=lambda spec: DictStorage), load_options={"storage": DictStorage}
     )
+    # Memory-mapped files (`directory=`): the py buffer's rows, counter and extras on the disk.
+    found["py_memmap"] = BufferKind("py_memmap", _from_registry(py, directory=new_directory), on_disk=True)
     return found
 
 

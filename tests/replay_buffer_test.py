@@ -75,6 +75,7 @@ def test_public_names():
         "load",
         "n_step_dataset",
         "n_step_transitions",
+        "open",
         "sharded_dataset",
     ]
     # Each name is the object its module defines, not a stand-in.

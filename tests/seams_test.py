@@ -157,6 +157,7 @@ def test_derived_constructors_have_the_signatures_users_call_them_by():
         "episode_boundaries=False",
         "frame_stacks=None",
         "storage=None",
+        "directory=None",
     ]
     assert names(tfbuffers.PyHashedReplayBuffer) == [
         "data_spec",
@@ -185,7 +186,8 @@ def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones
     assert str(raised.value) == (
         "PyPrioritizedReplayBuffer: got an unexpected keyword argument 'sampler'; expected arguments among "
         "['data_spec', 'capacity', 'batch_size', 'max_length', 'priority_exponent', 'seed', 'dataset_drop_remainder', "
-        "'dataset_window_shift', 'stateful_dataset', 'episode_boundaries', 'frame_stacks', 'storage']"
+        "'dataset_window_shift', 'stateful_dataset', 'episode_boundaries', 'frame_stacks', 'storage', "
+        "'directory']"
     )
     with pytest.raises(TypeError, match=r"^PyHashedReplayBuffer: got an unexpected keyword argument 'storage'; "):
         tfbuffers.PyHashedReplayBuffer(spec, 8, storage=None)

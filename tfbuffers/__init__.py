@@ -47,6 +47,31 @@ def load(path: str | os.PathLike, *, progress: bool | None = None, **overrides: 
     return files.load_buffer(path, None, progress=progress, **overrides)
 
 
+def open(directory: str | os.PathLike, *, seed: int | None = None) -> Any:  # noqa: A001 (as io.open, for a directory)
+    """The py buffer kept in `directory` (made with `directory=`), of the class its header names, reopened.
+
+    See `PyUniformReplayBuffer.open` and `tfbuffers.memmap` for what it holds after a crash.
+
+    Raises:
+      FileNotFoundError: If `directory` holds no buffer header.
+      ValueError: Naming the file and what differs, if the header is of another version or names a
+        class that is not a py buffer, or a file does not match it.
+      tfbuffers.memmap.DirectoryInUseError: If another process holds it open, naming that process.
+    """
+    from tfbuffers import memmap
+
+    header = memmap.Header(directory)
+    kind = kinds.BY_CLASS.get(header.buffer)
+    if kind is None or not kind.host:
+        expected = sorted(name for name, kind in kinds.BY_CLASS.items() if kind.host)
+        raise ValueError(
+            memmap.BAD_HEADER.format(
+                file=header.path, what="buffer", expected=f"one of {expected}", received=repr(header.buffer)
+            )
+        )
+    return kind.buffer_class.open(directory, seed=seed)  # type: ignore[attr-defined]
+
+
 def from_config(config: Mapping[str, Any]) -> Any:
     """A buffer from a plain dict: `config["buffer"]` names the class, the rest is its `from_config`'s.
 
@@ -82,6 +107,7 @@ __all__ = [
     "load",
     "n_step_dataset",
     "n_step_transitions",
+    "open",
     "sharded_dataset",
 ]
 

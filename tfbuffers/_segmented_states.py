@@ -26,8 +26,9 @@ CONFIG_UNKNOWN = "config: unexpected key(s) {unexpected}; {buffer} takes {expect
 CONFIG_SIZE = "config: expected capacity (a multiple of batch_size={batch_size}) or max_length, got {received}"
 _FROM_FILE_OR_CONFIG = ("data_spec", "capacity", "batch_size", "max_length")
 # Not kept: a loaded buffer's sampler is seeded anew, and a storage or sampler (factories of live objects) is
-# passed again. Every other constructor argument is a property of the same name.
-_NOT_RECORDED = ("seed", "storage", "sampler")
+# passed again; a directory (memory-mapped storage) is named again. Every other constructor argument is a
+# property of the same name.
+_NOT_RECORDED = ("seed", "storage", "sampler", "directory")
 
 Buffer = TypeVar("Buffer", bound="SegmentedStates")
 

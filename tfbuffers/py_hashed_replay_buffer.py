@@ -28,7 +28,7 @@ _SIGNATURE = DerivedSignature(
             "log_interval", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="int | None"
         )
     ],
-    removed=["frame_stacks", "storage", "sampler"],
+    removed=["frame_stacks", "storage", "sampler", "directory"],
 )
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, host, prioritized, sampling, specs
+from tfbuffers import _episodes, _ring, host, memmap, prioritized, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._py_states import HostStates
-from tfbuffers._segmented import SegmentedReplayBuffer
+from tfbuffers._segmented import PrioritizedBinding, SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     BufferInfo,
@@ -20,7 +21,7 @@ from tfbuffers.replay_buffer import (
     positive_int,
     weak_method,
 )
-from tfbuffers.storage import Storage, StorageFactory
+from tfbuffers.storage import Storage, StorageFactory, frame_stack_axes
 from tfbuffers.storage import make as make_storage
 
 _OPS = _ring.NUMPY
@@ -28,6 +29,9 @@ _OPS = _ring.NUMPY
 NO_SIZE = "capacity or max_length: expected at least one, got neither"
 CAPACITY_NOT_DIVISIBLE = "capacity: expected a multiple of batch_size={batch_size}, got {capacity}"
 CAPACITY_MISMATCH = "capacity: expected batch_size * max_length = {expected}, got {capacity}"
+OTHER_CLASS = (
+    "{header}: buffer: expected {expected} (what {expected}.open opens), got {received}; tfbuffers.open opens any"
+)
 
 
 class PyUniformReplayBuffer(SegmentedReplayBuffer):
@@ -91,6 +95,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
         storage: StorageFactory | None = None,
         sampler: sampling.SamplerFactory | None = None,
+        directory: str | os.PathLike | None = None,
     ) -> None:
         """Creates the buffer and allocates its arrays.
 
@@ -119,6 +124,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
             stored windows by default (`UniformSampler`). Files do not record it: pass it again
             to `load`.
+          directory: Keep the rows, the counter and the extras in memory-mapped files under this
+            directory (`tfbuffers.memmap`), new or empty: the buffer may be larger than RAM, and
+            outlives the process (`flush()`, `close()`; reopened with `tfbuffers.open(directory)`).
+            Samples, probabilities and `gather_all` are exactly those of the buffer in RAM. Not with
+            `storage`; with `frame_stacks`, stacks are stored whole on the disk (the option is kept
+            for files and reopening).
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -149,7 +160,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         )
         self._lock = threading.Lock()
         self._frame_stacks = frame_stacks
-        self._table = make_storage(storage, self._fields, self.capacity, frame_stacks)
+        if directory is None:
+            self._table = make_storage(storage, self._fields, self.capacity, frame_stacks)
+        else:
+            frame_stack_axes(self._fields, frame_stacks)  # checked, though the disk holds stacks whole
+            self._table = memmap.make(directory, self._fields, self.capacity, self._batch_size, storage)
         self._rng = np.random.default_rng(seed)
         self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
@@ -160,6 +175,74 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._ends: _episodes.HostRecord | None = None
         if self._episodes:
             self._ends = _episodes.HostRecord(self._table, self._step_field, self._batch_size, self._max_length)
+        if not isinstance(self, PrioritizedBinding):  # a prioritized buffer is built once it has its priorities
+            self._built()
+
+    def _built(self) -> None:
+        """The buffer is whole: a new directory gets its header; a reopened one is rebuilt from its files."""
+        table = self._table
+        if not isinstance(table, memmap.MemmapTable):
+            return
+        try:
+            reopened, clearing = table.reopened, table.clearing
+            table.ready(
+                type(self).__name__, self._data_spec, self._batch_size, self._max_length, self.constructor_options()
+            )
+            if reopened and (self._priorities is not None or self._ends is not None):
+                # What is derived from the rows and priorities (the sum tree, the record of episode ends).
+                self._restore(table.added, [], self._extras_locked())
+            if reopened and clearing:  # a clear was cut short: finished
+                self._clear_value()
+        except BaseException:
+            table.close()
+            raise
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, *, seed: int | None = None) -> Any:
+        """The buffer kept in `directory` (made with `directory=`), reopened for writing; see `tfbuffers.memmap`.
+
+        Its class, data spec, sizes and options are read from the directory's header; its frames are not
+        read (the kernel maps them as they are sampled). What is derived from them is rebuilt: a
+        prioritized buffer's sum tree and an episode-aware buffer's record of episode ends, one pass
+        over the priorities and the step types. After the process that wrote it was killed, it holds
+        exactly the adds that returned.
+
+        Args:
+          directory: The buffer's directory.
+          seed: Seed of the sampler's generator (not kept in the directory).
+
+        Raises:
+          FileNotFoundError: If `directory` holds no buffer header.
+          ValueError: Naming the file and what differs, if the header is of another version or
+            class, or a file does not match it; naming the directory, if a restore into it was cut
+            short. Nothing is changed on the disk then.
+          tfbuffers.memmap.DirectoryInUseError: If another process holds it open, naming that process.
+        """
+        header = memmap.Header(directory)
+        if header.buffer != cls.__name__:
+            raise ValueError(OTHER_CLASS.format(header=header.path, expected=cls.__name__, received=header.buffer))
+        arguments = header.arguments()
+        return cls(
+            header.data_spec, **arguments, seed=seed, directory=directory, storage=cast(Any, memmap.Reopen(header))
+        )
+
+    @property
+    def directory(self) -> Any:
+        """The directory of the memory-mapped files (`directory=`, a `pathlib.Path`), or None in RAM."""
+        return getattr(self._table, "directory", None)
+
+    def flush(self) -> None:
+        """Writes every stored frame back to the disk (`msync`): a memory-mapped buffer's adds survive a machine crash.
+
+        Nothing to do for a buffer in RAM. Eagerly it runs now; inside a graph, when the graph runs.
+        """
+        host.now_or_when_run(self._flush_value)
+
+    def _flush_value(self) -> np.int64:
+        with self._lock:
+            self._check_open()
+            self._table.flush()
+        return np.int64(0)
 
     def _num_frames(self) -> Any:
         return host.now_or_when_run(self._num_frames_value)
@@ -181,9 +264,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._table.write_block(first_row, arrays)
             if ends is not None and cut is not None:
                 ends.written(added, cut)
-            self._table.added = added + 1
             if self._priorities is not None:
                 self._priorities.added(first_row)
+            self._table.added = added + 1  # last: the add's commit (tfbuffers.memmap)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
 
@@ -198,6 +281,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._ends.weights = self._priorities.weights
         tree = weak_method(self._priority_tree)  # held weakly: no reference cycle
         self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
+        self._built()
 
     def _priority_tree(self) -> np.ndarray:
         return self._priorities.tree()  # the sampler calls it under the lock
@@ -293,11 +377,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _clear_value(self) -> np.int64:
         with self._lock:
             self._check_open()
-            self._states.cleared_locked()
-            if self._ends is not None:
-                self._ends.cleared()
-            if self._priorities is not None:
-                self._priorities.cleared()
+            with self._table.changing("clear"):
+                self._states.cleared_locked()
+                if self._ends is not None:
+                    self._ends.cleared()
+                if self._priorities is not None:
+                    self._priorities.cleared()
         return np.int64(0)
 
     def _nbytes(self) -> int:
@@ -315,7 +400,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return self._states.snapshot()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        with self._lock:
+        with self._lock, self._table.changing("restore"):
             self._states.replaced_locked(added, arrays)
             if self._priorities is not None:
                 self._priorities.restore(extras)

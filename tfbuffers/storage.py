@@ -42,6 +42,7 @@ Two interfaces, one per way a buffer runs:
 from __future__ import annotations
 
 import abc
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -121,6 +122,16 @@ class Storage(abc.ABC):
         """Replaces every field's rows by `arrays` (shapes and dtypes already checked)."""
         for index, array in enumerate(arrays):
             self.write_rows(index, 0, array)
+
+    def changing(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Brackets a `"clear"` or a `"restore"` (rows, counter and extras replaced): nothing by default.
+
+        A storage that outlives its process marks it on the disk while it runs (`tfbuffers.memmap`).
+        """
+        return contextlib.nullcontext()
+
+    def flush(self) -> None:  # noqa: B027 (a storage in memory has nothing to write back)
+        """Writes everything back to where it outlives the process (a disk); nothing by default."""
 
     def close(self) -> None:  # noqa: B027 (most storages hold nothing to release beyond their arrays)
         """Releases the rows (files, memory); no call follows."""
