@@ -78,6 +78,7 @@ SYSTEM_NAMES = (
     "tfbuffers TF", "TF-Agents TF", "tfbuffers py", "TF-Agents py", "tfbuffers TF prioritized",
     "tfbuffers py prioritized", "tfbuffers TF episodes", "tfbuffers py episodes",
     "tfbuffers TF prioritized episodes", "tfbuffers py prioritized episodes", "tfbuffers py frame stacks",
+    "tfbuffers py memmap", "tfbuffers py prioritized memmap",
     "cpprb uniform", "cpprb PER", "tfbuffers Reverb", "TF-Agents Reverb", "numpy limit", "bare tf.Variable",
     "tf.data ceiling",
 )  # fmt: skip
@@ -158,6 +159,8 @@ OURS = {
     "tfbuffers TF prioritized episodes": "tfbuffers TF prioritized",
     "tfbuffers py prioritized episodes": "tfbuffers py prioritized",
     "tfbuffers py frame stacks": "tfbuffers py",
+    "tfbuffers py memmap": "tfbuffers py",  # memory-mapped files against the same buffer in RAM
+    "tfbuffers py prioritized memmap": "tfbuffers py prioritized",
 }
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
@@ -171,6 +174,8 @@ REFERENCES = {
     "tfbuffers TF prioritized episodes": (),
     "tfbuffers py prioritized episodes": (),
     "tfbuffers py frame stacks": (),
+    "tfbuffers py memmap": (),
+    "tfbuffers py prioritized memmap": (),
 }
 FIRST, MID, LAST = 0, 1, 2  # TF-Agents' StepType values
 EPISODE = 32  # frames per episode of the episode-aware systems (divides the 64 batches the benchmark cycles)
@@ -310,6 +315,10 @@ class System:
 
     def file_memory(self, directory: pathlib.Path) -> dict[str, float] | None:
         """Bytes per frame of its file and peak resident bytes added by saving and loading it, or None."""
+        return None
+
+    def open_times(self, batches: list[Any]) -> dict[str, float] | None:
+        """Seconds `tfbuffers.open` takes on a directory of this system, by frames stored, or None."""
         return None
 
     def close(self) -> None:
@@ -909,6 +918,62 @@ class TFAgentsReverb(System):
         shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
 
 
+class TFBuffersPyMemmap(TFBuffersPy):
+    """tfbuffers.PyUniformReplayBuffer(directory=...): memory-mapped files in a temporary directory.
+
+    Its pages are the kernel's page cache (file-backed, not the process's anonymous memory): while they
+    fit in it, it is measured against the same buffer in RAM.
+    """
+
+    name = "tfbuffers py memmap"
+    variant = True
+    buffer_class: Any = tfbuffers.PyUniformReplayBuffer
+
+    def __init__(self, workload: Workload) -> None:
+        System.__init__(self, workload)
+        self._root = pathlib.Path(tempfile.mkdtemp(prefix="tfbuffers-benchmark-"))
+        self.buffer = self._new(workload.max_length)
+
+    def _new(self, max_length: int) -> Any:
+        directory = pathlib.Path(tempfile.mkdtemp(dir=self._root)) / "buffer"
+        return self.buffer_class(
+            self.workload.spec, batch_size=self.workload.num_envs, max_length=max_length, directory=directory
+        )
+
+    def open_times(self, batches: list[Any]) -> dict[str, float]:
+        """`tfbuffers.open` (median of 3) on a full buffer of 1/8 the capacity and on this one, by frames stored."""
+        small = self._new(max(self.workload.max_length // 8, 1))
+        for t in range(small.max_length):
+            small.add_batch(batches[t % len(batches)])
+        times = {}
+        for buffer in (small, self.buffer):
+            directory, frames = buffer.directory, int(buffer.num_frames())
+            buffer.close()
+            runs = []
+            for _ in range(3):
+                start = time.perf_counter()
+                reopened = tfbuffers.open(directory)
+                runs.append(time.perf_counter() - start)
+                reopened.close()
+            times[str(frames)] = statistics.median(runs)
+        self.buffer = tfbuffers.open(directory)
+        return times
+
+    def close(self) -> None:
+        self.buffer.close()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+class TFBuffersPyPrioritizedMemmap(TFBuffersPyMemmap):
+    """tfbuffers.PyPrioritizedReplayBuffer(directory=...) (alpha 0.6): priorities and sum tree in files too."""
+
+    name = "tfbuffers py prioritized memmap"
+    buffer_class = tfbuffers.PyPrioritizedReplayBuffer
+
+    def sample_update(self, num_batches: int) -> float:
+        return _sample_update(self.buffer, self.workload, num_batches)
+
+
 class Cpprb(System):
     """cpprb's ReplayBuffer: all environments' frames in one add, transitions (frame and next observation) sampled.
 
@@ -1124,6 +1189,8 @@ SYSTEMS: list[type[System]] = [
     TFBuffersTFPrioritizedEpisodes,
     TFBuffersPyPrioritizedEpisodes,
     TFBuffersPyFrameStacks,
+    TFBuffersPyMemmap,
+    TFBuffersPyPrioritizedMemmap,
     Cpprb,
     CpprbPER,
     TFBuffersReverb,
@@ -1215,6 +1282,15 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def _anonymous() -> int | None:
+    """The process's anonymous resident bytes (`RssAnon` of /proc/self/status: not the page cache), or None."""
+    try:
+        status = pathlib.Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("RssAnon:")), None)
+
+
 def run_workload(
     workload: Workload, repetitions: int, quick: bool, progress: bool, classes: list[type[System]]
 ) -> dict[str, Any]:
@@ -1227,14 +1303,21 @@ def run_workload(
     total = workload.frames * len(classes)
     with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
         for cls in classes:
-            before = _rss()
+            before, anonymous_before = _rss(), _anonymous()
             system = cls(workload)
             given[system.name] = system.prepare(batches)
             system.fill(given[system.name], bar)
             resident = _rss() - before
+            anonymous_after = _anonymous()
+            anonymous = (
+                None if anonymous_before is None or anonymous_after is None else anonymous_after - anonymous_before
+            )
             stored = system.stored_bytes()
             memory[system.name] = {
                 "resident_bytes_per_frame": resident / workload.frames if system.adds else None,
+                "anonymous_bytes_per_frame": (
+                    anonymous / workload.frames if system.adds and anonymous is not None else None
+                ),
                 "stored_bytes_per_frame": None if stored is None else stored / workload.frames,
             }
             systems.append(system)
@@ -1278,6 +1361,7 @@ def run_workload(
                         samples["load"][system.name].append(size / load / 1e6)
                 bar.update(1)
     ops = {system.name: counted for system in systems if (counted := system.graph_ops()) is not None}
+    opened = {system.name: times for system in systems if (times := system.open_times(given[system.name]))}
     file_memory = {}
     for system in systems:
         with tempfile.TemporaryDirectory() as directory:
@@ -1302,6 +1386,7 @@ def run_workload(
         "memory": memory,
         "files": file_memory,
         "ops": ops,
+        "open": opened,
     }
 
 
@@ -1352,6 +1437,7 @@ def markdown(results: dict[str, Any]) -> str:
         for key, label in (
             ("stored_bytes_per_frame", "stored bytes/frame"),
             ("resident_bytes_per_frame", "resident bytes/frame (RSS)"),
+            ("anonymous_bytes_per_frame", "anonymous resident bytes/frame (RssAnon)"),
         ):
             cells = [_fmt(result["memory"].get(name, {}).get(key)) for name in names]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -1383,6 +1469,21 @@ def markdown(results: dict[str, Any]) -> str:
                 ]
                 cells = [_fmt(entry["file_bytes_per_frame"])] + [f"{peak:.2f}x" for peak in peaks]
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if result.get("open"):
+            lines += [
+                "",
+                "Memory-mapped buffers: `tfbuffers.open` (median of 3, page cache warm) on full buffers of two",
+                "sizes, and the anonymous resident memory (RssAnon) their fill took, against the bytes they store:",
+                "",
+                "| system | frames: open seconds | RssAnon / stored bytes |",
+                "|---|---|---|",
+            ]
+            for name, times in result["open"].items():
+                opens = ", ".join(f"{int(frames):,}: {seconds * 1e3:.1f} ms" for frames, seconds in times.items())
+                entry = result["memory"].get(name, {})
+                anonymous, stored = entry.get("anonymous_bytes_per_frame"), entry.get("stored_bytes_per_frame")
+                share = "-" if anonymous is None or not stored else _ratio(max(anonymous, 0.0) / stored)
+                lines.append(f"| {name} | {opens} | {share} |")
         if result.get("actors"):
             lines += [
                 "",

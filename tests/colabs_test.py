@@ -115,6 +115,13 @@ def check_save_load_and_episodes(namespace: dict[str, Any], printed: str, figure
     assert namespace["identical"] is True
     assert namespace["training"].capacity == 20_000 and int(namespace["training"].num_frames()) == 2_000
     assert "damaged.safetensors: field/" in printed and "the file is corrupted" in printed
+    # The starter's frames in memory-mapped files, reopened after a child process added 100 and was killed.
+    assert "PyPrioritizedReplayBuffer 2000 frames | killed by SIGKILL: True" in printed
+    assert type(namespace["reopened"]).__name__ == "PyPrioritizedReplayBuffer"
+    assert int(namespace["reopened"].num_frames()) == 2_100
+    grown, stored = namespace["grown"], namespace["stored_mib"]
+    assert stored == (namespace["MEMMAP_ADDS"] * 4 * (84 * 84 * 4 + 8) + 8) / 2**20  # rows and the counter
+    assert grown["directory="] < 0.1 * stored < 0.9 * stored < grown["in RAM"]
     counts = namespace["counts"]
     assert counts["episode_boundaries=True"] == 0 < counts["plain"]
     # n-step with gamma 0.99 and rewards of 1: within the episode, cut by a termination after m steps, or a
@@ -128,7 +135,7 @@ def check_save_load_and_episodes(namespace: dict[str, Any], printed: str, figure
     # Handles (4 per stack), actions, the counter; then the frame pool's slots (a frame, its count and hash):
     # the empty rows' zero frame, the stacks' first frame, one new frame per add.
     assert namespace["stacked"].nbytes == adds * (4 * 8 + 8) + 8 + (2 + adds) * (frame + 16)
-    assert len(figures) == 2
+    assert len(figures) == 3
 
 
 def check_performance(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import pathlib
@@ -403,18 +402,24 @@ class MemmapTable(NumpyTable):
             self._unflushed = True
 
     def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
-        """One add, journaled: the rows (and rows' extras) it overwrites copied first, then marked, then written."""
+        """One add, journaled: the rows (and rows' extras) it overwrites copied first, then marked, then written.
+
+        While the ring is filling, the rows hold no stored frame: nothing to journal (an add cut short there
+        leaves rows past the counter, which the next add writes whole).
+        """
         self._touch()
         count = len(leaves[0]) if leaves else 0
         rows = slice(first_row, first_row + count)
         state = self._state
-        for array, journal in zip(self.arrays, self._journals):
-            journal[:count] = array[rows]
-        for array, journal in self._row_extras.values():
-            journal[:count] = array[rows]
-        state[JOURNAL_FIRST] = first_row
-        state[JOURNAL_COUNT] = count
-        state[JOURNAL_ADD] = state[ADDED]  # from here an open copies the journal back, until the counter moves
+        if state[ADDED] * self._batch_size >= self.num_rows:
+            whole = count == self._batch_size
+            for array, journal in zip(self.arrays, self._journals):
+                (journal if whole else journal[:count])[...] = array[rows]
+            for array, journal in self._row_extras.values():
+                (journal if whole else journal[:count])[...] = array[rows]
+            state[JOURNAL_FIRST] = first_row
+            state[JOURNAL_COUNT] = count
+            state[JOURNAL_ADD] = state[ADDED]  # from here an open copies the journal back, until the counter moves
         for array, leaf in zip(self.arrays, leaves):
             array[rows] = leaf
 
@@ -482,6 +487,8 @@ class MemmapTable(NumpyTable):
 
 def _take_lock(directory: pathlib.Path) -> int:
     """An exclusive `flock` on `directory/lock`; raises naming the holder (the pid written there)."""
+    import fcntl  # POSIX: imported here, so that the package imports where it is not (the buffers in RAM)
+
     fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

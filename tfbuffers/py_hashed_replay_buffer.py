@@ -47,6 +47,9 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
     hash become one), and the differences of `PyUniformReplayBuffer` (`get_next`
     and `as_dataset` return `(items, BufferInfo)`, ...).
 
+    It takes no `directory=`: its frame pool is in RAM. For a buffer on the disk, use
+    `PyUniformReplayBuffer(..., directory=...)` (`tfbuffers.memmap`).
+
     Sampling it while it is empty returns items, as TF-Agents' does (code that
     builds its dataset iterator before the first add keeps working), but zeros
     rather than uninitialised memory, with ids -1 and probabilities 0 to mark them.
