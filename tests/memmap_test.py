@@ -395,29 +395,41 @@ def test_a_restore_cut_short_is_refused_and_a_clear_cut_short_finished(tmp_path)
     assert _state(directory)[memmap.BUSY] == 0
 
 
-def test_an_add_cut_short_is_undone_from_the_journal(tmp_path):
-    """The journal by hand: the rows of an add that never committed are put back as they were."""
+@pytest.mark.parametrize("adds", [7, 3], ids=["ring full", "ring filling"])
+def test_an_add_cut_short_is_undone_from_the_journal(adds, tmp_path):
+    """The journal by hand: the rows and priorities of an add that never committed are put back as they were.
+
+    While the ring fills, the rows it wrote lie past the counter (the next add writes them whole); their
+    priorities go back to 0, so that no draw reaches them.
+    """
     directory = tmp_path / "b"
     on_disk, in_ram = pair("prioritized_episodes", directory)
-    drive([on_disk, in_ram], SPEC, 7)
+    if adds < 5:  # the ring filling again after a clear: the journal holds an earlier add's rows
+        drive([on_disk, in_ram], SPEC, 7)
+        on_disk.clear()
+        in_ram.clear()
+    drive([on_disk, in_ram], SPEC, adds)
     expected_probabilities = in_ram.get_next(sample_batch_size=8, num_steps=2)[1].probabilities
     table = on_disk.storage
-    # Add number 7 as far as its writes go, without its commit: rows, record of episode ends and priorities.
+    # Add number `adds` as far as its writes go, without its commit: rows, record of episode ends, priorities.
     with on_disk._lock:
-        added = table.added
-        first_row = 2 * (added % 5)
-        table.write_block(first_row, tf.nest.flatten(item(SPEC, 7)))
+        first_row = 2 * (adds % 5)
+        table.write_block(first_row, tf.nest.flatten(item(SPEC, adds)))
         on_disk._priorities.added(first_row)
-    assert contents(on_disk)["action"][:, 0].tolist() == [700, 701]  # torn: the ring's oldest frames overwritten
+    assert on_disk.storage.extras["priority"][first_row : first_row + 2].tolist() == [1.0, 1.0]
+    if adds == 7:
+        assert contents(on_disk)["action"][:, 0].tolist() == [700, 701]  # torn: the ring's oldest frames overwritten
     table._finalizer()  # the process dies: its lock goes, nothing is closed
     del on_disk, table
     reopened = tfbuffers.open(directory, seed=3)
     again = tfbuffers.PyPrioritizedReplayBuffer(SPEC, **SIZE, episode_boundaries=True, seed=3)
     again.restore_state(in_ram.state())
     assert_same(contents(reopened), contents(in_ram))
+    np.testing.assert_array_equal(reopened.state().extras["priority"], in_ram.state().extras["priority"])
     _, info = reopened.get_next(sample_batch_size=8, num_steps=2)
     np.testing.assert_array_equal(info.probabilities, again.get_next(sample_batch_size=8, num_steps=2)[1].probabilities)
     assert sorted(set(info.probabilities.tolist())) == sorted(set(expected_probabilities.tolist()))
+    np.testing.assert_array_equal(reopened.add_batch(item(SPEC, adds)), [2 * adds, 2 * adds + 1])
     reopened.close()
 
 

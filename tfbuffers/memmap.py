@@ -74,6 +74,7 @@ BUSY = 5  # a clear (CLEARING) or restore (RESTORING) under way
 UNFLUSHED = 6  # 1: written to since the last flush (on the disk before the write)
 BOOT = 7  # 7 and 8: the boot id of the machine that opened it for writing
 FLUSHED_ADDED = 9  # the counter at the last flush
+JOURNAL_FIELDS = 10  # 1: the journal holds the fields' rows too (the ring was full); 0: the rows' extras only
 WORDS = 16
 CLEARING, RESTORING = 1, 2
 
@@ -273,8 +274,9 @@ class MemmapTable(NumpyTable):
         if self._pending is not None:  # an add was cut short: its rows as they were before it
             self._touch()
             first, count = self._pending
-            for index, journal in enumerate(self._journals):
-                self.arrays[index][first : first + count] = journal[:count]
+            if self._state[JOURNAL_FIELDS]:
+                for index, journal in enumerate(self._journals):
+                    self.arrays[index][first : first + count] = journal[:count]
         state = self._state
         state[CLEAN] = 0
         state[BOOT : BOOT + 2] = boot_id()
@@ -404,22 +406,24 @@ class MemmapTable(NumpyTable):
     def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
         """One add, journaled: the rows (and rows' extras) it overwrites copied first, then marked, then written.
 
-        While the ring is filling, the rows hold no stored frame: nothing to journal (an add cut short there
-        leaves rows past the counter, which the next add writes whole).
+        While the ring is filling, the rows hold no stored frame: only their extras are journaled (an add cut
+        short there leaves rows past the counter, which the next add writes whole).
         """
         self._touch()
         count = len(leaves[0]) if leaves else 0
         rows = slice(first_row, first_row + count)
         state = self._state
-        if state[ADDED] * self._batch_size >= self.num_rows:
-            whole = count == self._batch_size
+        whole = count == self._batch_size
+        full = state[ADDED] * self._batch_size >= self.num_rows
+        if full:
             for array, journal in zip(self.arrays, self._journals):
                 (journal if whole else journal[:count])[...] = array[rows]
-            for array, journal in self._row_extras.values():
-                (journal if whole else journal[:count])[...] = array[rows]
-            state[JOURNAL_FIRST] = first_row
-            state[JOURNAL_COUNT] = count
-            state[JOURNAL_ADD] = state[ADDED]  # from here an open copies the journal back, until the counter moves
+        for array, journal in self._row_extras.values():
+            (journal if whole else journal[:count])[...] = array[rows]
+        state[JOURNAL_FIRST] = first_row
+        state[JOURNAL_COUNT] = count
+        state[JOURNAL_FIELDS] = full
+        state[JOURNAL_ADD] = state[ADDED]  # from here an open copies the journal back, until the counter moves
         for array, leaf in zip(self.arrays, leaves):
             array[rows] = leaf
 
