@@ -244,17 +244,20 @@ class MemmapTable(NumpyTable):
             reopen.check(fields, num_rows)
         self._lock_fd = _take_lock(self.directory)
         self._finalizer = weakref.finalize(self, os.close, self._lock_fd)
+        try:
+            self._map_files(fields, num_rows, batch_size, reopen)
+        except BaseException:
+            self._finalizer()  # refused or failed: the lock released at once
+            raise
+
+    def _map_files(self, fields: Sequence[Field], num_rows: int, batch_size: int, reopen: Header | None) -> None:
         self._maps: dict[str, np.memmap] = {}  # every mapped file by its path under the directory
         self._journals: list[np.ndarray] = []
         self._row_extras: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (array, its journal)
         self._unflushed = False
         self._state = self._map(STATE, (WORDS,), np.int64, None if reopen else np.zeros(WORDS, np.int64))
         if reopen is not None:
-            try:
-                self._check_state()
-            except ValueError:
-                self._finalizer()  # refused: the lock released, nothing written
-                raise
+            self._check_state()  # refused: nothing written
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
         # NumpyTable's constructor maps the fields (`_allocate`) and sets `added` (the counter on disk).

@@ -188,9 +188,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             table.ready(
                 type(self).__name__, self._data_spec, self._batch_size, self._max_length, self.constructor_options()
             )
-            if reopened and (self._priorities is not None or self._ends is not None):
-                # What is derived from the rows and priorities (the sum tree, the record of episode ends).
-                self._restore(table.added, [], self._extras_locked())
+            if reopened:  # what is derived from the rows and priorities: the sum tree, the record of episode ends
+                with self._lock:
+                    if self._priorities is not None:
+                        self._priorities.restore(self._priorities.state())
+                    if self._ends is not None:
+                        self._ends.restored(table.added)
             if reopened and clearing:  # a clear was cut short: finished
                 self._clear_value()
         except BaseException:
