@@ -347,7 +347,18 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
             "tfbuffers py prioritized",
             "tfbuffers TF prioritized episodes",
             "tfbuffers py prioritized episodes",
+            "tfbuffers py prioritized memmap",
         } | (systems & {"cpprb PER"})
+        # The memory-mapped buffers: opened at two sizes (the smaller an eighth), their own memory measured.
+        memmap = {"tfbuffers py memmap", "tfbuffers py prioritized memmap"}
+        assert set(result["open"]) == memmap
+        envs, stored = result["workload"]["num_envs"], result["workload"]["frames"]
+        sizes = [envs * (stored // envs // 8), stored]
+        assert all(
+            [int(size) for size in times] == sizes and min(times.values()) > 0 for times in result["open"].values()
+        )
+        assert all(result["memory"][name]["anonymous_bytes_per_frame"] is not None for name in memmap)
+        assert "tfbuffers py memmap / tfbuffers py" in result["ratios"]["get_next"]
         assert set(measures["sample_dataset"]) == present - {"numpy limit", "cpprb uniform", "cpprb PER"}
         assert set(measures["get_next"]) == present - {"TF-Agents Reverb", "tf.data ceiling"}
         in_graph = {"tfbuffers TF", "TF-Agents TF", "tfbuffers TF prioritized", "bare tf.Variable"} | episodes
