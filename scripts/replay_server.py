@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(argv)
     if args.spec_file is not None:
-        from google.protobuf import text_format  # type: ignore[import-untyped]
+        from google.protobuf import text_format  # type: ignore[import-untyped, unused-ignore]
         from tensorflow import errors
 
         try:

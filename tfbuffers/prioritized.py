@@ -92,6 +92,11 @@ class HostPriorities:
         if priorities.size and priorities.max() > self._max_priority:
             self._largest_changed(float(priorities.max()))
 
+    def raise_largest(self, priority: float) -> None:
+        """New frames get `priority` if it is larger than the largest so far (buffers of several rings share it)."""
+        if priority > self._max_priority:
+            self._largest_changed(priority)
+
     def weights(self, rows: np.ndarray) -> np.ndarray:
         """The rows' weights in draws: their leaves in the tree."""
         return self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM]

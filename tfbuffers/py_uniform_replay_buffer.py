@@ -312,6 +312,19 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             leaves = self._table.read(sample.rows)
         return leaves, np.asarray(sample.ids), sample.probabilities
 
+    def _draw_mass(self, num_steps: int | None) -> float:
+        """The weight of the windows of `num_steps` a draw chooses among now (`sampling.Sample.mass`).
+
+        What a buffer of several rings draws this one in proportion to (`tfbuffers.ray_replay_buffer`).
+        Raises as a sample would (an empty buffer, no window), or if the sampler does not say.
+        """
+        with self._lock:
+            self._check_open()
+            mass = self._sampler.sample(self._backend, self._table.added, 1, num_steps).mass
+        if mass is None:
+            raise ValueError(f"sampler: {type(self._sampler).__name__} does not say its windows' weight (Sample.mass)")
+        return float(mass)
+
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         if tf.executing_eagerly():
             leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)

@@ -634,8 +634,23 @@ def make_rate_limiter(min_size: int, samples_per_insert: Any = None, error_buffe
     for `make_table` and servers started apart from a buffer.
     """
     reverb = _import_reverb()
-    if samples_per_insert is None:
+    ratio = check_ratio(min_size, samples_per_insert, error_buffer)
+    if ratio is None:
         return reverb.rate_limiters.MinSize(min_size)
+    return reverb.rate_limiters.SampleToInsertRatio(ratio[0], min_size, ratio[1])
+
+
+def check_ratio(min_size: int, samples_per_insert: Any, error_buffer: Any) -> tuple[float, float] | None:
+    """`(samples_per_insert, error_buffer)` as Reverb's `SampleToInsertRatio` takes them, checked; None for neither.
+
+    `error_buffer` defaults to 10% of `min_size * samples_per_insert`, and no less than
+    `max(1.0, samples_per_insert)`, the least Reverb accepts.
+
+    Raises:
+      TypeError, ValueError: Naming the argument, what was expected and what was received.
+    """
+    if samples_per_insert is None:
+        return None
     if isinstance(samples_per_insert, bool) or not isinstance(samples_per_insert, int | float):
         raise TypeError(NOT_A_RATIO.format(received=f"{type(samples_per_insert).__name__} {samples_per_insert!r}"))
     if not np.isfinite(samples_per_insert) or samples_per_insert <= 0:
@@ -645,4 +660,4 @@ def make_rate_limiter(min_size: int, samples_per_insert: Any = None, error_buffe
         error_buffer = max(0.1 * min_size * samples_per_insert, minimum)
     elif isinstance(error_buffer, bool) or not isinstance(error_buffer, int | float) or not error_buffer >= minimum:
         raise ValueError(ERROR_BUFFER_TOO_SMALL.format(minimum=minimum, received=error_buffer))
-    return reverb.rate_limiters.SampleToInsertRatio(samples_per_insert, min_size, error_buffer)
+    return float(samples_per_insert), float(error_buffer)

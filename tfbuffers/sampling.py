@@ -204,6 +204,10 @@ class Sample(NamedTuple):
     The numpy backend raises at once instead; in TensorFlow the caller asserts it, with `invalid_message`, once
     it knows the read was not torn by a concurrent writer (a torn read is read again)."""
     invalid_message: str = ""
+    mass: Any = None
+    """The weight of every window the draw chose among: their count (uniform) or the sum of their first frames'
+    weights (prioritized); a window's probability is its weight over it. None from a sampler that does not say.
+    What a buffer made of several rings draws each ring in proportion to (`tfbuffers.ray_replay_buffer`)."""
 
 
 def valid_window_starts(
@@ -399,7 +403,7 @@ class UniformSampler(Sampler):
             if steps > 1:
                 ids = ids + backend.ops.arange(steps, self.batch_size)
             rows = _ring.rows_of_ids(ids, self.max_length, self.batch_size)
-            return Sample(ids, rows, backend.full_inverse(shape, windows))  # windows > 0 once the checks passed
+            return Sample(ids, rows, backend.full_inverse(shape, windows), mass=windows)  # windows > 0 once checked
 
         def in_one_pass() -> tuple[Any, Any]:
             running = backend.cumsum(backend.cast(self._valid_starts(backend, added, steps), np.int64))
@@ -430,7 +434,7 @@ class UniformSampler(Sampler):
             first_rows = _choose(backend, enough, lambda: chosen[:wanted], lambda: in_one_pass()[0])
         ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, num_steps)
         probabilities = backend.full_inverse(shape, backend.ops.maximum(count, 1))
-        return Sample(ids, rows, probabilities, count > 0, self._no_window(num_steps))
+        return Sample(ids, rows, probabilities, count > 0, self._no_window(num_steps), count)
 
 
 class PrioritizedSampler(Sampler):
@@ -478,7 +482,7 @@ class PrioritizedSampler(Sampler):
             rows = self._draw(backend, tree, shape, checks, total, leaf_mask)
         weights = backend.tree.gather(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
         ids, rows = self._windows_from(backend, rows, added, num_steps)
-        return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority)
+        return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority, total)
 
     def _draw(
         self, backend: Backend, tree: Any, shape: list[int], checks: list[Any], total: Any, leaf_mask: Any
@@ -564,11 +568,11 @@ class PrioritizedSampler(Sampler):
             last = backend.sum(backend.cast(running < running[-1], np.int64))  # the last row weighing above 0
             targets = backend.uniform_floats([wanted], checks) * running[-1]
             first_rows = backend.ops.minimum(backend.searchsorted(running, targets), last)
-            return first_rows, backend.tree.gather(weights, first_rows) / running[-1], *counts
+            return first_rows, backend.tree.gather(weights, first_rows) / running[-1], *counts, running[-1]
 
         record = self._record(steps)
         if record is None:
-            first_rows, probabilities, window_count, within_positive = in_one_pass()
+            first_rows, probabilities, window_count, within_positive, mass = in_one_pass()
         else:
             total, positive, leaf_mask = totals
             weights = lambda rows: _episodes.columns(backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM])  # noqa: E731
@@ -589,13 +593,17 @@ class PrioritizedSampler(Sampler):
                 kept = self._kept_draws(backend, record, candidates, steps)
             chosen = backend.boolean_mask(candidates, kept)
 
-            def from_draws() -> tuple[Any, Any]:
+            def from_draws() -> tuple[Any, Any, Any]:
                 rows = chosen[:wanted]
-                return rows, backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM] / within_total
+                return rows, backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM] / within_total, within_total
+
+            def passed() -> tuple[Any, Any, Any]:
+                first_rows, probabilities, _, _, mass = in_one_pass()
+                return first_rows, probabilities, mass
 
             enough = backend.sum(backend.cast(kept, np.int64)) >= wanted
-            first_rows, probabilities = _choose(backend, enough, from_draws, lambda: in_one_pass()[:2])
+            first_rows, probabilities, mass = _choose(backend, enough, from_draws, passed)
         ids, rows = self._windows_from(backend, backend.reshape(first_rows, shape), added, steps)
         valid = (window_count > 0) & (within_positive > 0)
         message = backend.select(window_count > 0, no_priority, no_window)
-        return Sample(ids, rows, backend.float32(backend.reshape(probabilities, shape)), valid, message)
+        return Sample(ids, rows, backend.float32(backend.reshape(probabilities, shape)), valid, message, mass)

@@ -1,0 +1,442 @@
+"""RayReplayBuffer on a real local Ray cluster (loopback only): the API, exact probabilities, writers in other
+processes, a killed writer, a killed buffer actor, the rate limiter, and who can reach the cluster."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+import tensorflow as tf
+
+from tfbuffers import PyPrioritizedReplayBuffer, PyUniformReplayBuffer, RayReplayBuffer
+from tfbuffers import ray_replay_buffer as ray_lib
+
+SPEC = {"x": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([3], tf.float32)}
+# Frames traced to their writer, environment and step; step types for episodes (FIRST 0, MID 1, LAST 2).
+TRACED = {
+    "writer": tf.TensorSpec([], tf.int64),
+    "env": tf.TensorSpec([], tf.int64),
+    "step": tf.TensorSpec([], tf.int64),
+    "step_type": tf.TensorSpec([], tf.int32),
+    "obs": tf.TensorSpec([4], tf.float32),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    """One local cluster for the module, started as a buffer starts it; stopped at the end."""
+    started = not ray.is_initialized()
+    ray_lib.ensure_ray()
+    # The actors and tasks below run in Ray's workers, which cannot import this module by its name: by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def batch(values, size):
+    values = np.asarray(values, np.int64)
+    return {"x": values, "obs": np.repeat(values[:, None].astype(np.float32), 3, axis=1)[:size]}
+
+
+def traced(writer, envs, step, episode_length=5):
+    envs = np.asarray(envs, np.int64)
+    types = np.full(len(envs), 1 if step % episode_length not in (0, episode_length - 1) else 0, np.int32)
+    if step % episode_length == episode_length - 1:
+        types[:] = 2
+    steps = np.full(len(envs), step, np.int64)
+    obs = (writer * 1_000_000 + envs * 1_000 + steps).astype(np.float32)[:, None] * np.ones(4, np.float32)
+    return {"writer": np.full(len(envs), writer, np.int64), "env": envs, "step": steps, "step_type": types, "obs": obs}
+
+
+def kill(actor):
+    """Kills a Ray actor's process (SIGKILL) and waits until Ray says it is dead (`ray.kill` does not wait)."""
+    ray.kill(actor)
+    for _ in range(600):
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the actor outlived ray.kill by 30 s")
+
+
+def check_windows(items, num_steps, episodes=True):
+    """Every window: one writer and environment, consecutive steps, whole frames, within one episode."""
+    writer, env, step = (np.asarray(items[key]) for key in ("writer", "env", "step"))
+    obs, types = np.asarray(items["obs"]), np.asarray(items["step_type"])
+    assert (writer == writer[:, :1]).all() and (env == env[:, :1]).all()
+    assert (np.diff(step, axis=1) == 1).all()
+    assert (obs == (writer * 1_000_000 + env * 1_000 + step)[..., None].astype(np.float32)).all()
+    if episodes and num_steps > 1:
+        assert not (types[:, :-1] == 2).any() and not (types[:, 1:] == 0).any()
+
+
+def test_local_cluster_listens_without_dashboard_and_refuses_drivers_without_its_token(cluster, tmp_path):
+    sockets = ray_lib.listening(ray_lib.ray_processes())
+    names = {name for name, _, _ in sockets}
+    assert "gcs_server" in names and "raylet" in names
+    assert not any("dashboard" in name for name in names)
+    assert 8265 not in {port for _, _, port in sockets}  # Ray's dashboard port
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    assert int(cluster.rsplit(":", 1)[1]) in {port for name, _, port in sockets if name == "gcs_server"}
+    script = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print('CONNECTED')"
+    for auth in ("token", "disabled"):  # a driver with no token (another home), and one with authentication off
+        env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_MODE": auth}
+        env.pop("RAY_AUTH_TOKEN", None)
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        run = subprocess.run(
+            [sys.executable, "-c", script, cluster], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode != 0 and "CONNECTED" not in run.stdout, (auth, run.stdout, run.stderr[-2000:])
+        assert "token" in run.stderr.lower(), run.stderr[-2000:]
+
+
+def test_api_matches_the_local_buffer_eagerly_and_in_tf_function():
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    local = PyUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    for t in range(6):
+        for target in (buffer, local):
+            ids = target.add_batch(batch([t, 100 + t], 2))
+        assert np.asarray(ids).tolist() == [2 * t, 2 * t + 1]
+    assert int(buffer.num_frames()) == 8 == len(buffer)
+    assert buffer.frames_per_segment() == [4, 4]
+    for key in SPEC:
+        np.testing.assert_array_equal(buffer.gather_all()[key], local.gather_all()[key])
+    items, info = buffer.get_next(sample_batch_size=64, num_steps=2)
+    x, ids = np.asarray(items["x"]), np.asarray(info.ids)
+    assert set(map(tuple, x.tolist())) == {(t, t + 1) for t in (2, 3, 4)} | {(t, t + 1) for t in (102, 103, 104)}
+    assert (ids % 2 == x // 100).all() and (ids // 2 == x % 100).all()  # ids: add number * batch_size + segment
+    np.testing.assert_array_equal(info.probabilities, np.full(64, 1 / 6, np.float32))  # as the local buffer's
+    _, local_info = local.get_next(sample_batch_size=4, num_steps=2)
+    np.testing.assert_array_equal(local_info.probabilities, np.full(4, 1 / 6, np.float32))
+    single, single_info = buffer.get_next()
+    assert single["obs"].shape == (3,) and np.asarray(single_info.ids).shape == ()
+
+    @tf.function
+    def step(t):
+        ids = buffer.add_batch({"x": tf.stack([t, 100 + t]), "obs": tf.fill([2, 3], tf.cast(t, tf.float32))})
+        items, info = buffer.get_next(sample_batch_size=3, num_steps=2)
+        return ids, items["x"], info.probabilities, buffer.num_frames()
+
+    ids, x, probabilities, frames = step(tf.constant(6, tf.int64))
+    assert np.asarray(ids).tolist() == [12, 13] and int(frames) == 8
+    assert np.asarray(probabilities).tolist() == [np.float32(1 / 6)] * 3 and x.shape == (3, 2)
+    gathered = tf.function(buffer.gather_all)()
+    assert np.asarray(gathered["x"]).tolist() == [[3, 4, 5, 6], [103, 104, 105, 106]]
+    dataset = buffer.as_dataset(sample_batch_size=5, num_steps=3)
+    for items, info in dataset.take(20):
+        assert items["x"].shape == (5, 3) and (np.diff(np.asarray(items["x"]), axis=1) == 1).all()
+        np.testing.assert_array_equal(info.probabilities, np.full(5, 1 / 4, np.float32))
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="RayReplayBuffer .* is empty"):
+        buffer.get_next(sample_batch_size=2)
+    with pytest.raises(ValueError, match="single_deterministic_pass: not supported"):
+        buffer.as_dataset(single_deterministic_pass=True)
+    buffer.close()
+    with pytest.raises(ValueError, match="closed"):
+        buffer.num_frames()
+
+
+@pytest.mark.parametrize("in_graph", [False, True])
+def test_a_refused_batch_names_the_field_and_changes_nothing(in_graph):
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=3, seed=1)
+    buffer.add_batch(batch([1, 2], 2))
+    add = tf.function(buffer.add_batch) if in_graph else buffer.add_batch
+    with pytest.raises(ValueError, match="obs: expected dtype float32, got float64"):
+        add({"x": np.array([3, 4]), "obs": np.zeros([2, 3])})
+    with pytest.raises(ValueError, match=r"obs: expected leading batch size 2, got 1 \(shape \(1, 3\)\)"):
+        add({"x": np.array([3]), "obs": np.zeros([1, 3], np.float32)})
+    with pytest.raises(TypeError, match="obs"):
+        add({"x": np.array([3, 4])})
+    assert int(buffer.num_frames()) == 2
+    add(batch([5, 6], 2))  # the next add, sample, gather and clear work
+    sample = lambda: buffer.get_next(sample_batch_size=4)  # noqa: E731
+    items, _ = (tf.function(sample) if in_graph else sample)()
+    assert set(np.asarray(items["x"]).tolist()) <= {1, 2, 5, 6}
+    assert np.asarray(buffer.gather_all()["x"]).tolist() == [[1, 5], [2, 6]]
+    (tf.function(buffer.clear) if in_graph else buffer.clear)()
+    assert int(buffer.num_frames()) == 0
+    buffer.close()
+
+
+def test_bad_arguments_are_refused_before_an_actor_starts():
+    with pytest.raises(ValueError, match="episode_boundaries: expected"):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=3, episode_boundaries="nope")
+    with pytest.raises(ValueError, match="sampler: expected one of"):
+        RayReplayBuffer(SPEC, capacity=4, sampler="lifo")
+    with pytest.raises(ValueError, match="capacity: expected a multiple of batch_size=3, got 4"):
+        RayReplayBuffer(SPEC, capacity=4, batch_size=3)
+    with pytest.raises(ValueError, match="error_buffer: expected at least"):
+        RayReplayBuffer(SPEC, capacity=4, samples_per_insert=2.0, error_buffer=1.0)
+    with pytest.raises(ValueError, match="timeout: expected a number of seconds > 0 or None, got 0"):
+        RayReplayBuffer(SPEC, capacity=4, timeout=0)
+    with pytest.raises(ValueError, match="no buffer named 'absent'"):
+        RayReplayBuffer.connect("absent")
+
+
+def test_prioritized_probabilities_are_one_buffers_across_segments():
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, sampler="prioritized", priority_exponent=0.5, seed=2)
+    local = PyPrioritizedReplayBuffer(SPEC, batch_size=2, max_length=4, priority_exponent=0.5, seed=2)
+    for t in range(3):
+        for target in (buffer, local):
+            target.add_batch(batch([t, 100 + t], 2))
+    for target in (buffer, local):
+        assert target.update_priorities(np.array([0, 1, 2]), np.array([9.0, 0.0, 4.0])) == 0
+        target.add_batch(batch([3, 103], 2))  # both new frames get the largest priority, 9, segment 1's too
+    expected = {}
+    for _ in range(20):
+        _, info = local.get_next(sample_batch_size=64)
+        expected.update(zip(np.asarray(info.ids).tolist(), np.asarray(info.probabilities).tolist()))
+    seen = {}
+    for _ in range(20):
+        items, info = buffer.get_next(sample_batch_size=64)
+        seen.update(zip(np.asarray(info.ids).tolist(), np.asarray(info.probabilities).tolist()))
+        assert 100 not in np.asarray(items["x"]).tolist()  # priority 0: never drawn
+    assert set(seen) == set(expected) == {0, 2, 3, 4, 5, 6, 7}
+    for key in seen:
+        assert seen[key] == pytest.approx(expected[key], rel=1e-6), key
+    weights = np.array([9.0, 4.0, 1.0, 1.0, 1.0, 9.0, 9.0]) ** 0.5  # ids 0, 2, 3, 4, 5, 6, 7
+    assert seen[0] == pytest.approx(weights[0] / weights.sum(), rel=1e-6)
+    with pytest.raises(ValueError, match="ids: expected ids of frames stored .* got 8 at index 1"):
+        buffer.update_priorities(np.array([1, 8]), np.array([1.0, 1.0]))
+    with pytest.raises(ValueError, match="got -1.0 at index 0"):
+        buffer.update_priorities(np.array([1]), np.array([-1.0]))
+    _, info = buffer.get_next(sample_batch_size=64)  # unchanged: id 1 still has priority 0
+    assert 1 not in np.asarray(info.ids).tolist()
+    skipped = tf.function(buffer.update_priorities)(tf.constant([1, 3]), tf.constant([1.0, 2.0], tf.float64))
+    assert int(skipped) == 0
+    uniform = RayReplayBuffer(SPEC, capacity=2)
+    with pytest.raises(ValueError, match="update_priorities: the buffer samples uniformly"):
+        uniform.update_priorities([0], [1.0])
+    for target in (buffer, uniform):
+        target.close()
+
+
+def test_windows_stay_within_episodes_with_one_buffers_probabilities():
+    buffer = RayReplayBuffer(TRACED, batch_size=2, max_length=8, episode_boundaries=True, seed=3)
+    local = PyUniformReplayBuffer(TRACED, batch_size=2, max_length=8, episode_boundaries=True, seed=3)
+    for step in range(11):
+        for target in (buffer, local):
+            target.add_batch(traced(0, [0, 1], step))
+    items, info = buffer.get_next(sample_batch_size=200, num_steps=3)
+    check_windows(items, 3)
+    _, local_info = local.get_next(sample_batch_size=1, num_steps=3)
+    np.testing.assert_array_equal(info.probabilities, np.full(200, local_info.probabilities[0]))
+    buffer.close()
+
+
+@ray.remote(num_cpus=0)
+class Actor:
+    """A process of its own that adds its environments' frames through a writer of the buffer it was handed."""
+
+    def __init__(self, buffer, writer_id, num_envs):
+        self.buffer = buffer
+        self.writer = buffer.writer(num_envs)
+        self.id = writer_id
+
+    def segments(self):
+        return self.writer.segments
+
+    def run(self, steps, pause=0.0):
+        envs = np.array(self.writer.segments)
+        returned = []
+        for step in range(steps):
+            self.writer.add_batch(traced(self.id, envs, step))
+            returned.append(step)
+            time.sleep(pause)
+        return returned
+
+    def close(self):
+        self.writer.close()
+
+
+def test_actor_processes_add_while_a_learner_samples_and_updates_priorities():
+    buffer = RayReplayBuffer(
+        TRACED, batch_size=6, max_length=40, sampler="prioritized", episode_boundaries=True, seed=4, timeout=120
+    )
+    actors = [Actor.remote(buffer, writer, 2) for writer in range(3)]
+    segments = ray.get([actor.segments.remote() for actor in actors])
+    assert sorted(sum(segments, [])) == list(range(6))
+    with pytest.raises(ValueError, match="num_envs: expected at most the 0 free segment"):
+        buffer.writer(1)
+    runs = [actor.run.remote(30) for actor in actors]
+    sampled = 0
+    while not all(ray.wait([run], timeout=0)[0] for run in runs):
+        try:
+            items, info = buffer.get_next(sample_batch_size=16, num_steps=2)
+        except tf.errors.InvalidArgumentError:  # no window of two frames within an episode yet
+            continue
+        check_windows(items, 2)
+        buffer.update_priorities(np.asarray(info.ids)[:, 0], np.asarray(items["obs"])[:, 0, 0] % 7 + 1)
+        sampled += 1
+    assert [len(steps) for steps in ray.get(runs)] == [30, 30, 30]
+    assert sampled > 0
+    for writer, owned in enumerate(segments):  # every frame traced: none lost, none duplicated, none misplaced
+        for env in owned:
+            frames = buffer.gather_segment(env)
+            assert np.asarray(frames["step"]).tolist() == list(range(30))
+            assert set(np.asarray(frames["writer"]).tolist()) == {writer}
+            assert set(np.asarray(frames["env"]).tolist()) == {env}
+    items, _ = buffer.get_next(sample_batch_size=500, num_steps=3)
+    check_windows(items, 3)
+    ray.get([actor.close.remote() for actor in actors])
+    assert buffer.writer(6).segments == list(range(6))  # released: claimable again
+    buffer.close()
+
+
+def test_a_killed_actor_stops_only_its_own_segments():
+    buffer = RayReplayBuffer(TRACED, batch_size=3, max_length=50, episode_boundaries=True, seed=5)
+    doomed = Actor.remote(buffer, 1, 2)
+    doomed_segments = ray.get(doomed.segments.remote())
+    running = doomed.run.remote(10_000, 0.002)  # adds until killed, mid-episode
+    while min(buffer.frames_per_segment()[s] for s in doomed_segments) < 12:
+        time.sleep(0.05)
+    kill(doomed)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running)
+    left = None
+    while left != buffer.frames_per_segment():  # an add sent before the kill may still land: then none does
+        left = buffer.frames_per_segment()
+        time.sleep(0.5)
+    with buffer.writer(1) as mine:  # the free segment goes on
+        (segment,) = mine.segments
+        for step in range(20):
+            mine.add_batch(traced(2, [segment], step))
+    assert [buffer.frames_per_segment()[s] for s in doomed_segments] == [left[s] for s in doomed_segments]
+    assert buffer.frames_per_segment()[segment] == 20
+    for _ in range(5):  # whole frames only, windows within one writer's environment and episode
+        items, _ = buffer.get_next(sample_batch_size=200, num_steps=4)
+        check_windows(items, 4)
+    with pytest.raises(ValueError, match="num_envs: expected at most the 1 free segment"):
+        buffer.writer(2)  # the dead actor's segments stay claimed
+    buffer.close()
+
+
+def test_rate_limiter_waits_and_says_why():
+    limiter = ray_lib.RateLimiter(4, 2.0, 4.0)  # Reverb: min_diff = 4, max_diff = 12
+    assert [limiter.can_insert(size, 1) for size in (0, 3)] == [True, True]
+    limiter.inserts = 4
+    assert not limiter.can_sample(3, 1) and limiter.can_sample(4, 4) and not limiter.can_sample(4, 5)
+    assert limiter.can_insert(4, 2) and not limiter.can_insert(4, 3)  # (4 + 3) * 2 - 0 = 14 > 12
+    buffer = RayReplayBuffer(SPEC, batch_size=1, max_length=64, min_size_to_sample=4, samples_per_insert=2.0,
+                             error_buffer=4.0, timeout=0.5)  # fmt: skip
+    for t in range(3):
+        buffer.add_batch(batch([t], 1))
+    with pytest.raises(TimeoutError, match="sample of 1 window.*holds 3 frame.*fewer than min_size_to_sample"):
+        buffer.get_next()
+    for t in range(3, 6):
+        buffer.add_batch(batch([t], 1))
+    with pytest.raises(TimeoutError, match="add of 1 frame.*6 frame.*inserted for 0 window.*sample"):
+        buffer.add_batch(batch([6], 1))
+    buffer.get_next(sample_batch_size=4)
+    buffer.add_batch(batch([6], 1))  # 4 samples made room for 2 frames
+    assert int(buffer.num_frames()) == 7
+    waited = []
+    sampler = threading.Thread(target=lambda: waited.append(buffer.get_next(sample_batch_size=6)))
+    buffer.get_next(sample_batch_size=6)  # 10 of 14 - 4 = 10 allowed: the next 6 wait for adds
+    sampler.start()
+    time.sleep(0.2)
+    assert not waited
+    buffer.add_batch(batch([7], 1))  # 16 - 10 - 6 = 0 < 4: still waits
+    time.sleep(0.1)
+    buffer.add_batch(batch([8], 1))  # 18 - 10 - 6 = 2 < 4
+    buffer.add_batch(batch([9], 1))  # 20 - 16 = 4 >= 4: it goes
+    sampler.join(5)
+    assert len(waited) == 1 and waited[0][0]["x"].shape == (6,)
+    buffer.clear()  # the limiter counts from nothing again
+    with pytest.raises(TimeoutError, match="holds 0 frame"):
+        buffer.get_next()
+    buffer.close()
+
+
+def test_save_load_after_the_actor_is_killed(tmp_path):
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6)
+    for t in range(7):
+        buffer.add_batch(batch([t, 100 + t], 2))
+    buffer.update_priorities(np.array([8, 9]), np.array([5.0, 0.0]))
+    before = {key: np.asarray(value) for key, value in buffer.gather_all().items()}
+    buffer.save(tmp_path / "saved")
+    buffer.add_batch(batch([50, 150], 2))  # after the save: not in it
+    kill(buffer.actor)
+    with pytest.raises(ray.exceptions.RayActorError):
+        buffer.num_frames()
+    loaded = RayReplayBuffer.load(tmp_path / "saved", seed=6)
+    assert loaded.sampler == "prioritized" and loaded.batch_size == 2 and loaded.max_length == 5
+    for key in SPEC:
+        np.testing.assert_array_equal(loaded.gather_all()[key], before[key])
+    _, info = loaded.get_next(sample_batch_size=200)
+    assert 9 not in np.asarray(info.ids).tolist()  # priority 0 kept
+    loaded.close()
+    with pytest.raises(FileNotFoundError, match="no RayReplayBuffer here"):
+        RayReplayBuffer.load(tmp_path / "absent")
+
+
+def test_memory_mapped_segments_keep_every_returned_add_when_the_actor_is_killed(tmp_path):
+    directory = tmp_path / "buffer"
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=6, directory=directory, seed=7)
+    assert sorted(path.name for path in directory.iterdir()) == ["ray_buffer.json", "segment-0000", "segment-0001"]
+    with buffer.writer(1) as writer:
+        for t in range(9):
+            writer.add_batch(batch([t], 1))
+    buffer.add_batch(batch([40, 140], 2))
+    kill(buffer.actor)  # no flush, no close
+    reopened = RayReplayBuffer.open(directory)
+    assert reopened.directory == directory.absolute()
+    assert reopened.frames_per_segment() == [6, 1]
+    assert np.asarray(reopened.gather_segment(0)["x"]).tolist() == [4, 5, 6, 7, 8, 40]
+    assert np.asarray(reopened.gather_segment(1)["x"]).tolist() == [140]
+    with pytest.raises(ValueError, match="gather_all: the segments hold different numbers of frames"):
+        reopened.gather_all()
+    with pytest.raises(ValueError, match="directory: expected a new or empty directory"):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=6, directory=directory)
+    reopened.close()
+
+
+@ray.remote(num_cpus=0)
+def add_through_a_task(buffer):
+    with buffer.writer(1) as writer:
+        writer.add_batch(batch([77], 1))
+    return int(buffer.num_frames())
+
+
+def test_handles_pickle_into_tasks_and_connect_from_another_driver(cluster):
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, name="shared-by-name")
+    assert ray.get(add_through_a_task.remote(buffer)) == 1
+    assert not buffer.closed
+    script = (
+        "import sys, numpy as np\n"
+        "from tfbuffers import RayReplayBuffer\n"
+        "buffer = RayReplayBuffer.connect('shared-by-name', address=sys.argv[1])\n"
+        "with buffer.writer(1) as writer:\n"
+        "    writer.add_batch({'x': np.array([88]), 'obs': np.zeros([1, 3], np.float32)})\n"
+        "print('FRAMES', int(buffer.num_frames()))\n"
+        "buffer.close()\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, cluster], capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+    assert "FRAMES 2" in run.stdout, run.stderr[-3000:]
+    # The task's writer released segment 0, the other driver's claimed it; that driver's close kept the buffer.
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == [77, 88]
+    buffer.close()
+    with pytest.raises(ValueError, match="no buffer named 'shared-by-name'"):
+        for _ in range(50):  # the actor's name is freed once Ray has ended it
+            RayReplayBuffer.connect("shared-by-name")
+            time.sleep(0.1)
+
+
+def test_the_module_alone_imports_ray():
+    sources = pathlib.Path(ray_lib.__file__).parent
+    importers = sorted(
+        path.name for path in sources.glob("*.py") if "import ray" in path.read_text() and path.name != "__init__.py"
+    )
+    assert importers == ["ray_replay_buffer.py"]
