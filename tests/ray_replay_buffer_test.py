@@ -1,5 +1,8 @@
-"""RayReplayBuffer on a real local Ray cluster (loopback only): the API, exact probabilities, writers in other
-processes, a killed writer, a killed buffer actor, the rate limiter, and who can reach the cluster."""
+"""RayReplayBuffer on a real local Ray cluster, on this machine only.
+
+The API eagerly and in graphs, exact probabilities across segments, writers in other processes, a killed
+writer, a killed buffer actor, the rate limiter, and who can reach the cluster.
+"""
 
 from __future__ import annotations
 

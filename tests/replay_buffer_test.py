@@ -49,6 +49,7 @@ def test_public_names():
         n_step,
         prioritized,
         py_hashed_replay_buffer,
+        ray_replay_buffer,
         py_prioritized_replay_buffer,
         py_uniform_replay_buffer,
         replay_buffer,
@@ -65,6 +66,8 @@ def test_public_names():
         "PyHashedReplayBuffer",
         "PyPrioritizedReplayBuffer",
         "PyUniformReplayBuffer",
+        "RayReplayBuffer",
+        "RayWriter",
         "ReplayBuffer",
         "ReplayBufferManager",
         "ReverbReplayBuffer",
@@ -85,6 +88,8 @@ def test_public_names():
     assert tfbuffers.PyUniformReplayBuffer is py_uniform_replay_buffer.PyUniformReplayBuffer
     assert tfbuffers.ReplayBuffer is replay_buffer.ReplayBuffer
     assert tfbuffers.ReverbReplayBuffer is reverb_replay_buffer.ReverbReplayBuffer
+    assert tfbuffers.RayReplayBuffer is ray_replay_buffer.RayReplayBuffer
+    assert tfbuffers.RayWriter is ray_replay_buffer.RayWriter
     assert tfbuffers.ReplayBufferManager is manager.ReplayBufferManager
     assert tfbuffers.TFPrioritizedReplayBuffer is tf_prioritized_replay_buffer.TFPrioritizedReplayBuffer
     assert tfbuffers.importance_weights is prioritized.importance_weights
@@ -103,3 +108,10 @@ def test_the_reverb_buffer_without_dm_reverb_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "reverb", None)  # what a stack without dm-reverb sees
     with pytest.raises(ImportError, match=r"ReverbReplayBuffer needs dm-reverb, .* installs on Python 3.11"):
         tfbuffers.ReverbReplayBuffer({"x": tf.TensorSpec([], tf.int64)})
+
+
+def test_the_ray_buffer_without_ray_says_how_to_get_it(monkeypatch):
+    # Importing tfbuffers never needs Ray; constructing its Ray buffer does, and says so.
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without the ray extra sees
+    with pytest.raises(ImportError, match=r"RayReplayBuffer needs Ray, .* pip install 'tfbuffers\[ray\]'"):
+        tfbuffers.RayReplayBuffer({"x": tf.TensorSpec([], tf.int64)}, capacity=4)

@@ -19,10 +19,10 @@ from tfbuffers.frames import FrameBuffer
 from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.n_step import n_step_dataset, n_step_transitions
 from tfbuffers.prioritized import importance_weights
-from tfbuffers.ray_replay_buffer import RayReplayBuffer, RayWriter
 from tfbuffers.py_hashed_replay_buffer import PyHashedReplayBuffer
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+from tfbuffers.ray_replay_buffer import RayReplayBuffer, RayWriter
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
 from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer, sharded_dataset
 from tfbuffers.state import BufferState

@@ -286,6 +286,28 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
         self._built()
 
+    @property
+    def max_priority(self) -> float:
+        """A prioritized buffer's priority for new frames: the largest given so far (1.0 after a clear)."""
+        with self._lock:
+            self._check_open()
+            return float(self._checked_priorities().largest)
+
+    def raise_max_priority(self, priority: float) -> None:
+        """A prioritized buffer's new frames get `priority` from now on if it is larger than `max_priority`.
+
+        For a buffer made of several (`RayReplayBuffer`'s segments), whose new frames get the largest
+        priority of any, as one buffer's would. Eager only.
+        """
+        with self._lock:
+            self._check_open()
+            self._checked_priorities().raise_largest(float(priority))
+
+    def _checked_priorities(self) -> prioritized.HostPriorities:
+        if self._priorities is None:
+            raise ValueError(f"{type(self).__name__} samples uniformly: it keeps no priorities")
+        return self._priorities
+
     def _priority_tree(self) -> np.ndarray:
         return self._priorities.tree()  # the sampler calls it under the lock
 
@@ -312,7 +334,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             leaves = self._table.read(sample.rows)
         return leaves, np.asarray(sample.ids), sample.probabilities
 
-    def _draw_mass(self, num_steps: int | None) -> float:
+    def window_mass(self, num_steps: int | None) -> float:
         """The weight of the windows of `num_steps` a draw chooses among now (`sampling.Sample.mass`).
 
         What a buffer of several rings draws this one in proportion to (`tfbuffers.ray_replay_buffer`).

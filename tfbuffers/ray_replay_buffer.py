@@ -398,7 +398,7 @@ class RayHost:
         refusal = None
         for s, segment in enumerate(self._segments):
             try:
-                masses[s] = segment._draw_mass(num_steps)
+                masses[s] = segment.window_mass(num_steps)
             except tf.errors.InvalidArgumentError as error:
                 if refusal is None or "is empty" in refusal:
                     refusal = error.message.replace(type(segment).__name__, self._label)
@@ -409,9 +409,10 @@ class RayHost:
         counts = self._rng.multinomial(sample_batch_size or 1, shares)
         parts, ids, probabilities = [], [], []
         for s in np.flatnonzero(counts):
-            leaves, local_ids, local_probabilities = self._segments[s]._sample_arrays(int(counts[s]), num_steps)
-            parts.append(leaves)
-            ids.append(local_ids * len(self._segments) + s)
+            items, info = self._segments[s].get_next(int(counts[s]), num_steps)
+            parts.append(tf.nest.flatten(items))
+            ids.append(np.asarray(info.ids) * len(self._segments) + s)
+            local_probabilities = info.probabilities
             probabilities.append(np.asarray(local_probabilities, np.float64) * shares[s])
         order = self._rng.permutation(sample_batch_size or 1)
         leaves = [np.concatenate(column)[order] for column in zip(*parts)]
@@ -426,16 +427,17 @@ class RayHost:
         with self._lock:
             self._check_open()
             total = len(self._segments)
-            next_id = max(int(segment._table.added) for segment in self._segments) * total
+            adds = [int(segment.storage.added) for segment in self._segments]
+            next_id = max(adds) * total
             ids, priorities = prioritized.check_update(ids, priorities, next_id)
             segment_of, local = ids % total, ids // total
-            for s, segment in enumerate(self._segments):  # every id checked before any is set
+            for s, added in enumerate(adds):  # every id checked before any is set
                 mine = local[segment_of == s]
-                if mine.size and mine.max() >= segment._table.added:
-                    bad = int(np.flatnonzero((segment_of == s) & (local >= segment._table.added))[0])
+                if mine.size and mine.max() >= added:
+                    bad = int(np.flatnonzero((segment_of == s) & (local >= added))[0])
                     raise ValueError(
                         prioritized.NEVER_STORED.format(
-                            next_id=f"{int(segment._table.added) * total + s} in segment {s}",
+                            next_id=f"{added * total + s} in segment {s}",
                             value=ids[bad],
                             index=bad,
                         )
@@ -451,10 +453,9 @@ class RayHost:
         """Every segment's new frames get the largest priority of any (one buffer's rule), not their own's."""
         if self._config["sampler"] != "prioritized":
             return
-        largest = max(float(segment._priorities.largest) for segment in self._segments)
+        largest = max(segment.max_priority for segment in self._segments)
         for segment in self._segments:
-            with segment._lock:
-                segment._priorities.raise_largest(largest)
+            segment.raise_max_priority(largest)
 
     # Reads and the rest.
 
@@ -727,12 +728,16 @@ class RayReplayBuffer(ReplayBuffer):
     @classmethod
     def _handle(cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int = 256) -> Any:
         buffer = cls.__new__(cls)
-        buffer._attach(actor, config, owner=owner, timeout=timeout, prefetch_items=prefetch)
+        cls._attach(buffer, actor, config, owner=owner, timeout=timeout, prefetch_items=prefetch)
         return buffer
 
     def __reduce__(self) -> Any:
         # A handle elsewhere (a Ray task or actor) shares the actor; only the handle that made it ends it.
-        return (_reconnect, (self._actor, self._config, self._timeout, self._prefetch_items))
+        return (self._unpickled, (self._actor, self._config, self._timeout, self._prefetch_items))
+
+    @classmethod
+    def _unpickled(cls, actor: Any, config: dict[str, Any], timeout: Any, prefetch: int) -> RayReplayBuffer:
+        return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch)
 
     @classmethod
     def load(cls, path: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
@@ -749,7 +754,7 @@ class RayReplayBuffer(ReplayBuffer):
         spec, arguments = read_manifest(directory)
         buffer = cls(spec, **{**arguments, **overrides})
         try:
-            buffer._remote("load", str(directory))
+            call(buffer.actor, "load", str(directory))
         except BaseException:
             buffer.close()
             raise
@@ -811,11 +816,12 @@ class RayReplayBuffer(ReplayBuffer):
     # The remote calls.
 
     def _remote(self, method: str, *args: Any) -> Any:
-        ray = _import_ray()
-        try:
-            return ray.get(getattr(self._actor, method).remote(*args))
-        except ray.exceptions.RayTaskError as error:
-            raise _cause(error) from None
+        return call(self._actor, method, *args)
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a sample or add waits for the rate limiter before `TimeoutError` (None: forever)."""
+        return self._timeout
 
     def _add_batch_outer_dims(self) -> tuple[int, ...]:
         return (self.batch_size,)
@@ -866,7 +872,8 @@ class RayReplayBuffer(ReplayBuffer):
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        fetch = _Prefetch(self, sample_batch_size, num_steps)
+        batches = max(1, self._prefetch_items // (sample_batch_size or 1))
+        fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
         self._prefetchers.append(fetch)
 
         def element(_: Any) -> tuple[Any, BufferInfo]:
@@ -986,14 +993,14 @@ class RayWriter:
             raise ValueError("RayWriter: the writer is closed")
         buffer = self._buffer
         leaves, _ = specs.check_batch(items, buffer.data_spec, buffer.fields, (len(self._segments),))
-        return buffer._remote("add", self._segments, host.arrays(leaves), buffer._timeout)
+        return call(buffer.actor, "add", self._segments, host.arrays(leaves), buffer.timeout)
 
     def close(self) -> None:
         """Releases the segments (closing twice is allowed)."""
         if not self._closed:
             self._closed = True
             with contextlib.suppress(Exception):
-                self._buffer._remote("release", self._token)
+                call(self._buffer.actor, "release", self._token)
 
     def __enter__(self) -> RayWriter:
         return self
@@ -1003,26 +1010,29 @@ class RayWriter:
 
 
 class _Prefetch:
-    """Batches of one dataset, fetched `batches` at a time with the next fetch already asked for."""
+    """Samples for one dataset, fetched several batches a call, the next call already asked for while these are read.
 
-    def __init__(self, buffer: RayReplayBuffer, sample_batch_size: int | None, num_steps: int | None) -> None:
-        self._buffer = weakref.proxy(buffer)
-        self._arguments = (sample_batch_size, num_steps)
-        self._batches = max(1, buffer._prefetch_items // (sample_batch_size or 1))
+    `arguments`: the actor's `sample` arguments, `(sample_batch_size, num_steps, batches, timeout)`.
+    """
+
+    def __init__(self, buffer: RayReplayBuffer, arguments: tuple[Any, ...]) -> None:
+        self._buffer = weakref.ref(buffer)  # to refuse reads once it is closed; the dataset keeps it alive
+        self._actor = buffer.actor
+        self._arguments = arguments
         self._ready: deque[Any] = deque()
         self._pending: Any = None
         self._lock = threading.Lock()
 
-    def _ask(self) -> Any:
-        buffer = self._buffer
-        return buffer._actor.sample.remote(*self._arguments, self._batches, buffer._timeout)
-
     def next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, ...]:
+        """The next sample, `(leaves, ids, probabilities)` (`tfbuffers.host.sample`'s draw)."""
         ray = _import_ray()
         with self._lock:
-            self._buffer._check_open()
+            buffer = self._buffer()
+            if buffer is None or buffer.closed:
+                raise ValueError("RayReplayBuffer: the buffer is closed")
             while not self._ready:
-                pending, self._pending = self._pending or self._ask(), None
+                pending = self._pending or self._actor.sample.remote(*self._arguments)
+                self._pending = None
                 try:
                     self._ready.extend(ray.get(pending))
                 except ray.exceptions.RayTaskError as error:
@@ -1030,8 +1040,17 @@ class _Prefetch:
                     if isinstance(cause, ValueError):  # an empty buffer: refused as get_next refuses it
                         raise tf.errors.InvalidArgumentError(None, None, str(cause)) from None
                     raise cause from None
-                self._pending = self._ask()  # the next batches on their way while these are read
+                self._pending = self._actor.sample.remote(*self._arguments)
             return self._ready.popleft()
+
+
+def call(actor: Any, method: str, *args: Any) -> Any:
+    """`actor.method(*args)`, waited for; an exception the actor raised is raised as it was raised there."""
+    ray = _import_ray()
+    try:
+        return ray.get(getattr(actor, method).remote(*args))
+    except ray.exceptions.RayTaskError as error:
+        raise _cause(error) from None
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -1079,10 +1098,6 @@ def _arguments(manifest: dict[str, Any]) -> dict[str, Any]:
         "error_buffer": None if ratio is None else ratio[1],
         "seed": manifest["seed"],
     }
-
-
-def _reconnect(actor: Any, config: dict[str, Any], timeout: Any, prefetch: int) -> RayReplayBuffer:
-    return RayReplayBuffer._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch)
 
 
 _ACTOR_CLASS: Any = None
