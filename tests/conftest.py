@@ -411,6 +411,7 @@ SLOW_MODULES = {
     "observers_test.py",
     "packaging_test.py",
     "prioritized_test.py",
+    "ray_replay_buffer_test.py",
     "replay_server_test.py",
     "reverb_replay_buffer_test.py",
     "sampling_stats_test.py",

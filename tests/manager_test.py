@@ -1,4 +1,7 @@
-"""ReplayBufferManager on a real Reverb server, and on its local fallback: create, checkpoint, load, refuse."""
+"""ReplayBufferManager on a real Reverb server, a real local Ray cluster and a local buffer.
+
+Create, checkpoint, load, refuse.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +23,17 @@ from tfbuffers.manager import (
 SPEC = {"x": tf.TensorSpec([], tf.int64)}
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 BACKENDS = [
-    pytest.param(True, id="reverb", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")),
-    pytest.param(False, id="local"),
+    pytest.param(
+        "reverb", id="reverb", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
+    ),
+    "ray",
+    "local",
 ]
 
 
-def manager(directory, use_reverb, **kwargs):
+def manager(directory, backend, **kwargs):
     kwargs = {"capacity": 100, "checkpoint_dir": directory, **kwargs}
-    return ReplayBufferManager(SPEC, use_reverb=use_reverb, **kwargs)
+    return ReplayBufferManager(SPEC, backend=backend, **kwargs)
 
 
 def add(observer, values):
@@ -35,8 +41,8 @@ def add(observer, values):
         observer({"x": np.int64(value)})  # one environment's frame, as an Actor passes it
 
 
-def expected_frames(use_reverb, frames):
-    return frames - 1 if use_reverb else frames  # Reverb counts items: windows of 2 frames
+def expected_frames(backend, frames):
+    return frames - 1 if backend == "reverb" else frames  # Reverb counts items: windows of 2 frames
 
 
 def windows(manager_, draws=200):
@@ -44,31 +50,31 @@ def windows(manager_, draws=200):
     return {tuple(w) for w in np.asarray(items["x"]).tolist()}
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_create_checkpoint_close_and_load_restores_every_item(tmp_path, use_reverb):
-    with manager(tmp_path / "replay", use_reverb) as first:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_create_checkpoint_close_and_load_restores_every_item(tmp_path, backend):
+    with manager(tmp_path / "replay", backend) as first:
         _, observer = first.create_replay_buffer()
         add(observer, range(5))
         assert first.checkpoint() == "0"
         before = windows(first)
-    with manager(tmp_path / "replay", use_reverb) as second:
+    with manager(tmp_path / "replay", backend) as second:
         buffer, observer = second.load_replay_buffer()
-        assert int(second.num_frames()) == expected_frames(use_reverb, 5)
+        assert int(second.num_frames()) == expected_frames(backend, 5)
         assert windows(second) == before == {(t, t + 1) for t in range(4)}
         # Collection goes on after a load; on Reverb a window never joins frames from before it.
         add(observer, [5, 6])
-        assert int(second.num_frames()) == (5 if use_reverb else 7)
-        assert windows(second) == before | ({(5, 6)} if use_reverb else {(4, 5), (5, 6)})
+        assert int(second.num_frames()) == (5 if backend == "reverb" else 7)
+        assert windows(second) == before | ({(5, 6)} if backend == "reverb" else {(4, 5), (5, 6)})
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_create_refuses_a_directory_holding_a_checkpoint_unless_told_to_overwrite(tmp_path, use_reverb):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_create_refuses_a_directory_holding_a_checkpoint_unless_told_to_overwrite(tmp_path, backend):
     directory = tmp_path / "replay"
-    with manager(directory, use_reverb) as first:
+    with manager(directory, backend) as first:
         _, observer = first.create_replay_buffer()
         add(observer, range(3))
         first.checkpoint()
-    with manager(directory, use_reverb) as second:
+    with manager(directory, backend) as second:
         with pytest.raises(FileExistsError) as raised:
             second.create_replay_buffer()
         assert str(raised.value) == ALREADY_CHECKPOINTED.format(directory=directory, count=1)
@@ -78,83 +84,112 @@ def test_create_refuses_a_directory_holding_a_checkpoint_unless_told_to_overwrit
             second.load_replay_buffer()
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_load_refuses_a_missing_directory_or_one_without_a_checkpoint(tmp_path, use_reverb):
-    with manager(tmp_path / "nowhere", use_reverb) as missing:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_refuses_a_missing_directory_or_one_without_a_checkpoint(tmp_path, backend):
+    with manager(tmp_path / "nowhere", backend) as missing:
         with pytest.raises(FileNotFoundError) as raised:
             missing.load_replay_buffer()
         assert str(raised.value) == NO_DIRECTORY.format(directory=tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with manager(tmp_path / "empty", use_reverb) as empty:
+    with manager(tmp_path / "empty", backend) as empty:
         with pytest.raises(FileNotFoundError) as raised:
             empty.load_replay_buffer()
         assert str(raised.value) == NO_CHECKPOINT.format(directory=tmp_path / "empty")
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_a_configuration_that_differs_is_refused_naming_both_values_or_taken_when_asked(tmp_path, use_reverb):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_configuration_that_differs_is_refused_naming_both_values_or_taken_when_asked(tmp_path, backend):
     directory = tmp_path / "replay"
-    with manager(directory, use_reverb, capacity=50) as first:
+    with manager(directory, backend, capacity=50) as first:
         _, observer = first.create_replay_buffer()
         add(observer, range(4))
         first.checkpoint()
-    with manager(directory, use_reverb, capacity=80) as second:
+    with manager(directory, backend, capacity=80) as second:
         with pytest.raises(ValueError) as raised:
             second.load_replay_buffer()
         assert str(raised.value) == CONFIG_DIFFERS.format(name="capacity", directory=directory, saved=50, requested=80)
         buffer, _ = second.load_replay_buffer(take_checkpoint_config=True)
-        assert int(second.num_frames()) == expected_frames(use_reverb, 4)
+        assert int(second.num_frames()) == expected_frames(backend, 4)
         assert buffer.capacity == 50
     other_spec = {"x": tf.TensorSpec([2], tf.int64)}
-    third = ReplayBufferManager(other_spec, 50, directory, use_reverb=use_reverb)
+    third = ReplayBufferManager(other_spec, 50, directory, backend=backend)
     with pytest.raises(ValueError, match="data_spec: the checkpoint in .* holds .*a buffer cannot change"):
         third.load_replay_buffer(take_checkpoint_config=True)
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_the_newest_checkpoints_are_kept_and_any_of_them_loads(tmp_path, use_reverb):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_newest_checkpoints_are_kept_and_any_of_them_loads(tmp_path, backend):
     directory = tmp_path / "replay"
-    with manager(directory, use_reverb, keep_checkpoints=2) as first:
+    with manager(directory, backend, keep_checkpoints=2) as first:
         _, observer = first.create_replay_buffer()
         for step in range(3):
             add(observer, range(10 * step, 10 * step + 3))
             first.checkpoint()
         assert first.checkpoints() == ["1", "2"]
         on_disk = sorted(p.name for p in (directory / "checkpoints").iterdir() if not p.name.startswith("."))
-        assert on_disk == (["1", "2"] if use_reverb else ["1.safetensors", "2.safetensors"])
+        assert on_disk == (["1.safetensors", "2.safetensors"] if backend == "local" else ["1", "2"])
         # clear() empties the buffer and reloads nothing; the kept checkpoints stay.
         first.clear()
         assert int(first.num_frames()) == 0 and first.checkpoints() == ["1", "2"]
-    with manager(directory, use_reverb) as second:
+    with manager(directory, backend) as second:
         second.load_replay_buffer("1")
-        assert int(second.num_frames()) == expected_frames(use_reverb, 6)
+        assert int(second.num_frames()) == expected_frames(backend, 6)
         second.load_replay_buffer()  # the newest
-        assert int(second.num_frames()) == expected_frames(use_reverb, 9)
+        assert int(second.num_frames()) == expected_frames(backend, 9)
         with pytest.raises(ValueError, match=r"checkpoint: expected one of \['1', '2'\], got '0'"):
             second.load_replay_buffer("0")
 
 
-def test_without_reverb_the_manager_says_so_once(tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="tfbuffers.manager"), manager(tmp_path / "replay", False) as local:
+def test_the_manager_says_its_backend_once(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="tfbuffers.manager"), manager(tmp_path / "replay", "local") as local:
         local.create_replay_buffer()
-    assert caplog.text.count("runs on a local TFUniformReplayBuffer") == 1
-    assert not local.uses_reverb
+    assert caplog.text.count("backend local (a TFUniformReplayBuffer in this process only)") == 1
+    assert not local.uses_reverb and local.backend == "local"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tfbuffers.manager"):
+        chosen = ReplayBufferManager(SPEC, 10, tmp_path / "default")
+    assert chosen.backend == ("reverb" if HAS_REVERB else "ray")  # Reverb where it imports, else Ray
+    assert caplog.text.count(f"backend {chosen.backend} (") == 1
+    assert ReplayBufferManager(SPEC, 10, tmp_path / "old", use_reverb=False).backend == "local"  # the earlier form
+    with pytest.raises(ValueError, match=r"backend: expected one of \['reverb', 'ray', 'local'\] or None, got 'x'"):
+        ReplayBufferManager(SPEC, 10, tmp_path / "bad", backend="x")
+
+
+def test_without_reverb_or_ray_the_manager_is_local(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "reverb", None)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert ReplayBufferManager(SPEC, 10, tmp_path / "replay").backend == "local"
+    with pytest.raises(ImportError, match="backend='ray', but ray could not be imported"):
+        ReplayBufferManager(SPEC, 10, tmp_path / "replay", backend="ray")
 
 
 @pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
 def test_a_reverb_checkpoint_is_not_loaded_as_a_local_one(tmp_path):
     directory = tmp_path / "replay"
-    with manager(directory, True) as first:
+    with manager(directory, "reverb") as first:
         _, observer = first.create_replay_buffer()
         add(observer, range(3))
         first.checkpoint()
-    second = manager(directory, False)
+    second = manager(directory, "local")
     with pytest.raises(ValueError, match="is a Reverb table, this manager runs a local buffer file"):
         second.load_replay_buffer()
 
 
+def test_a_ray_checkpoint_is_not_loaded_as_a_local_one(tmp_path):
+    directory = tmp_path / "replay"
+    with manager(directory, "ray") as first:
+        _, observer = first.create_replay_buffer()
+        add(observer, range(3))
+        first.checkpoint()
+    second = manager(directory, "local")
+    with pytest.raises(ValueError, match="is a RayReplayBuffer's files, this manager runs a local buffer file"):
+        second.load_replay_buffer()
+
+
 def test_methods_before_a_buffer_exists_say_what_to_call(tmp_path):
-    nothing = manager(tmp_path / "replay", False)
+    nothing = manager(tmp_path / "replay", "local")
     with pytest.raises(ValueError, match="num_frames: no buffer yet: call create_replay_buffer"):
         nothing.num_frames()
 
@@ -164,7 +199,7 @@ import pathlib, sys, threading, time
 import numpy as np, tensorflow as tf, tfbuffers
 spec = {"x": tf.TensorSpec([4], tf.float32)}
 directory = pathlib.Path(sys.argv[1])
-manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, use_reverb=sys.argv[2] == "reverb")
+manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, backend=sys.argv[2])
 buffer, observer = manager.create_replay_buffer()
 for i in range(300):
     buffer.add_batch({"x": np.full([1, 4], i, np.float32)})
@@ -177,25 +212,24 @@ waiting.start()
 time.sleep(1)
 manager.close()
 print("closed")
-manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, use_reverb=sys.argv[2] == "reverb")
+manager = tfbuffers.ReplayBufferManager(spec, 10_000, directory, backend=sys.argv[2])
 manager.load_replay_buffer()
 print("loaded", int(manager.num_frames()))
 manager.close()
 """
 
 
-@pytest.mark.parametrize("use_reverb", BACKENDS)
-def test_a_manager_closes_while_a_dataset_iterator_is_alive_and_waiting(tmp_path, use_reverb):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_manager_closes_while_a_dataset_iterator_is_alive_and_waiting(tmp_path, backend):
     # The Reverb notebook's last cell (issue 29): the training iterator, with prefetch, outlives the manager.
     import subprocess
     import sys
 
-    mode = "reverb" if use_reverb else "local"
-    command = [sys.executable, "-c", CLOSE_WHILE_A_DATASET_WAITS, str(tmp_path / "replay"), mode]
+    command = [sys.executable, "-c", CLOSE_WHILE_A_DATASET_WAITS, str(tmp_path / "replay"), backend]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     # Reverb's items are windows of 2 frames: 299 of 300 frames; the local buffer holds the 300 frames.
-    assert run.stdout.splitlines()[-2:] == ["closed", f"loaded {299 if use_reverb else 300}"]
+    assert run.stdout.splitlines()[-2:] == ["closed", f"loaded {299 if backend == 'reverb' else 300}"]
 
 
 LOAD_IN_A_CELL = """
@@ -218,7 +252,7 @@ def test_a_large_reverb_checkpoint_loads_in_a_jupyter_kernel(tmp_path):
     import nbformat
 
     directory, capacity = tmp_path / "replay", 120_000
-    with manager(directory, True, capacity=capacity, batch_size=8) as writer:
+    with manager(directory, "reverb", capacity=capacity, batch_size=8) as writer:
         buffer, _ = writer.create_replay_buffer()
         for start in range(0, capacity, 8):
             buffer.add_batch({"x": np.arange(start, start + 8, dtype=np.int64)})

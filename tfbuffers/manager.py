@@ -17,9 +17,11 @@ Layout of `checkpoint_dir`: `tfbuffers_manager.json` (the configuration and the
 kept checkpoints, written atomically), `checkpoints/<n>/` (each a whole Reverb
 checkpoint), and `reverb/`, the running server's own checkpoint directory.
 
-Where dm-reverb cannot be imported, the manager runs the same interface on a
-local `TFUniformReplayBuffer`, saved and loaded with `tfbuffers.files` (one file
-per checkpoint, `checkpoints/<n>.safetensors`), and says so in one log line.
+The backend (`backend=`) is Reverb where dm-reverb imports (Python 3.11), else Ray where
+ray imports (`RayReplayBuffer`: its checkpoints are `checkpoints/<n>/`, each what
+`RayReplayBuffer.save` writes), else a local `TFUniformReplayBuffer` in this process,
+saved and loaded with `tfbuffers.files` (`checkpoints/<n>.safetensors`); one log line
+says which at start. Every backend gives the same guarantees.
 """
 
 from __future__ import annotations
@@ -63,18 +65,24 @@ ITEMS_LOST = (
     "it is damaged or was written by another program"
 )
 NO_BUFFER = "ReplayBufferManager.{method}: no buffer yet: call create_replay_buffer() or load_replay_buffer() first"
-LOCAL_FALLBACK = (
-    "dm-reverb could not be imported (%s): the ReplayBufferManager runs on a local TFUniformReplayBuffer, "
-    "checkpointed with tfbuffers.files, in this process only"
-)
+BACKENDS = ("reverb", "ray", "local")
+CHOSEN = {
+    "reverb": "ReplayBufferManager: backend reverb (a Reverb server in this process)",
+    "ray": "ReplayBufferManager: backend ray (a RayReplayBuffer actor; other processes connect by its name)%s",
+    "local": "ReplayBufferManager: backend local (a TFUniformReplayBuffer in this process only)%s",
+}
 
 
-def _reverb_available() -> tuple[bool, str]:
+def _importable(module: str) -> tuple[bool, str]:
     try:
-        import reverb  # noqa: F401
+        __import__(module)
     except ImportError as error:
         return False, str(error)
     return True, ""
+
+
+def _reverb_available() -> tuple[bool, str]:
+    return _importable("reverb")
 
 
 class ReplayBufferManager:
@@ -110,13 +118,14 @@ class ReplayBufferManager:
         keep_checkpoints: int = 3,
         table_name: str = "tfbuffers",
         use_reverb: bool | None = None,
+        backend: str | None = None,
     ) -> None:
         """Describes the buffer to create or load; starts nothing.
 
         Args:
           data_spec: The frames' spec, usually `agent.collect_data_spec`.
           capacity: Items the buffer holds (windows of `sequence_length` frames on Reverb,
-            frames on the local fallback, rounded up to a multiple of `batch_size` there).
+            frames on Ray and locally, rounded up to a multiple of `batch_size` there).
           checkpoint_dir: Where checkpoints are kept.
           sequence_length: Frames per item: the `num_steps` datasets sample.
           batch_size: Environments adding through the observer at once.
@@ -125,12 +134,13 @@ class ReplayBufferManager:
           stride: Frames between consecutive items' starts (Reverb).
           keep_checkpoints: How many checkpoints `checkpoint()` keeps, newest first.
           table_name: The Reverb table's name.
-          use_reverb: None: Reverb where dm-reverb imports, else the local fallback;
-            True or False to choose.
+          use_reverb: True for `backend="reverb"`, False for "local" (the earlier form).
+          backend: "reverb", "ray" or "local"; None: Reverb where dm-reverb imports, else Ray where
+            ray imports, else local.
 
         Raises:
           TypeError, ValueError: If an argument has the wrong type or is out of range.
-          ImportError: If `use_reverb=True` and dm-reverb cannot be imported.
+          ImportError: If the backend asked for cannot be imported.
         """
         self._data_spec = specs.unwrap(data_spec)
         self._config: dict[str, Any] = {
@@ -146,14 +156,29 @@ class ReplayBufferManager:
             raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
-        available, reason = _reverb_available()
-        if use_reverb is None:
-            use_reverb = available
-        elif use_reverb and not available:
-            raise ImportError(f"use_reverb=True, but dm-reverb could not be imported ({reason})")
-        if not use_reverb:
-            logger.warning(LOCAL_FALLBACK, reason or "use_reverb=False")
-        self._use_reverb = use_reverb
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {list(BACKENDS)} or None, got {backend!r}")
+        if use_reverb is not None:
+            if backend is not None and backend != ("reverb" if use_reverb else "local"):
+                raise ValueError(f"use_reverb={use_reverb} and backend={backend!r}: expected one of them")
+            backend = "reverb" if use_reverb else "local"
+        reasons = []
+        if backend is None:
+            for candidate, module in (("reverb", "reverb"), ("ray", "ray")):
+                available, reason = _importable(module)
+                if available:
+                    backend = candidate
+                    break
+                reasons.append(f"{module}: {reason}")
+            backend = backend or "local"
+        elif backend != "local":
+            available, reason = _importable(backend)
+            if not available:
+                raise ImportError(f"backend={backend!r}, but {backend} could not be imported ({reason})")
+        said = f" ({'; '.join(reasons)})" if reasons else ""
+        logger.warning(CHOSEN[backend] % (said,) if "%s" in CHOSEN[backend] else CHOSEN[backend])
+        self._backend = backend
+        self._use_reverb = backend == "reverb"
         self._buffer: ReplayBuffer | None = None
 
     # The interface.
@@ -165,8 +190,13 @@ class ReplayBufferManager:
 
     @property
     def uses_reverb(self) -> bool:
-        """Whether the buffer is on a Reverb server (else the local fallback)."""
+        """Whether the buffer is on a Reverb server."""
         return self._use_reverb
+
+    @property
+    def backend(self) -> str:
+        """Where the buffer is: "reverb", "ray" or "local"."""
+        return self._backend
 
     def checkpoints(self) -> list[str]:
         """The kept checkpoints' names, oldest first."""
@@ -245,13 +275,18 @@ class ReplayBufferManager:
         metadata = self._read_metadata()
         entries = metadata["checkpoints"]
         name = str(max([int(e["name"]) for e in entries], default=-1) + 1)
+        staging = self._directory / "checkpoints" / f".{name}.{uuid.uuid4().hex}"
         if isinstance(buffer, ReverbReplayBuffer):
             buffer.flush()
             before = int(buffer.num_frames())
             written = pathlib.Path(buffer.py_client.checkpoint())
             items = before if int(buffer.num_frames()) == before else None  # writers racing: not checkable
-            staging = self._directory / "checkpoints" / f".{name}.{uuid.uuid4().hex}"
             shutil.copytree(written, staging)
+            staging.rename(self._directory / "checkpoints" / name)
+        elif self._backend == "ray":
+            before = int(buffer.num_frames())
+            buffer.save(staging)
+            items = before if int(buffer.num_frames()) == before else None  # writers racing: not checkable
             staging.rename(self._directory / "checkpoints" / name)
         else:
             items = int(buffer.num_frames())
@@ -277,8 +312,10 @@ class ReplayBufferManager:
 
     def _start(self, checkpoint: str | None) -> ReplayBuffer:
         config = self._config
-        if not self._use_reverb:
+        if self._backend == "local":
             return self._start_local(checkpoint)
+        if self._backend == "ray":
+            return self._start_ray(checkpoint)
         reverb_dir = self._directory / "reverb"
         shutil.rmtree(reverb_dir, ignore_errors=True)  # Reverb would restore what it holds: start it empty
         reverb_dir.mkdir(parents=True)
@@ -296,6 +333,20 @@ class ReplayBufferManager:
             fallback_checkpoint=fallback,
         )
 
+    def _start_ray(self, checkpoint: str | None) -> ReplayBuffer:
+        from tfbuffers.ray_replay_buffer import RayReplayBuffer
+
+        config = self._config
+        if checkpoint is not None:  # its configuration is the manager's (checked by _adopt)
+            return RayReplayBuffer.load(self._directory / "checkpoints" / checkpoint)
+        return RayReplayBuffer(
+            self._data_spec,
+            batch_size=config["batch_size"],
+            max_length=-(-config["capacity"] // config["batch_size"]),
+            sampler=config["sampler"],
+            priority_exponent=config["priority_exponent"],
+        )
+
     def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
         from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
@@ -311,7 +362,7 @@ class ReplayBufferManager:
             {"path": field.path, "shape": field.spec.shape.as_list(), "dtype": field.spec.dtype.name}
             for field in specs.flatten_spec(self._data_spec)
         ]
-        return {**self._config, "data_spec": fields, "reverb": self._use_reverb}
+        return {**self._config, "data_spec": fields, "backend": self._backend}
 
     def _adopt(self, saved: dict[str, Any], take: bool) -> None:
         mine = self._saved_config()
@@ -319,11 +370,12 @@ class ReplayBufferManager:
             raise ValueError(
                 SPEC_DIFFERS.format(directory=self._directory, saved=saved["data_spec"], requested=mine["data_spec"])
             )
-        if saved["reverb"] != self._use_reverb:
-            kinds = {True: "a Reverb table", False: "a local buffer file"}
+        backend = saved.get("backend") or ("reverb" if saved["reverb"] else "local")  # or an earlier manager's
+        if backend != self._backend:
+            kinds = {"reverb": "a Reverb table", "ray": "a RayReplayBuffer's files", "local": "a local buffer file"}
             raise ValueError(
-                f"load_replay_buffer: the checkpoint in {self._directory} is {kinds[saved['reverb']]}, this manager "
-                f"runs {kinds[self._use_reverb]}"
+                f"load_replay_buffer: the checkpoint in {self._directory} is {kinds[backend]}, this manager "
+                f"runs {kinds[self._backend]} (backend={self._backend!r})"
             )
         for name, requested in self._config.items():
             if saved[name] != requested:
