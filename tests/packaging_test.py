@@ -24,7 +24,7 @@ from packaging.requirements import Requirement
 
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 
-EXTRAS_PACKAGES = ["safetensors", "tf_agents", "reverb", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras"]
+EXTRAS_PACKAGES = ["safetensors", "tf_agents", "reverb", "ray", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_the_wheel_and_sdist_carry_the_license_the_typing_marker_and_the_classif
     assert sorted(Requirement(requirement).name for requirement in core) == ["numpy", "tensorflow"]
     # Extra names that the pip of Python 3.12's venv matches (it compares them unnormalized).
     assert sorted(metadata.get_all("Provides-Extra")) == [
-        "agents", "all", "dev", "files", "gymnasium", "reverb", "scripts", "test"
+        "agents", "all", "dev", "files", "gymnasium", "ray", "reverb", "scripts", "test"
     ]  # fmt: skip
 
 
