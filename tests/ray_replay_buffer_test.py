@@ -18,6 +18,7 @@ import pytest
 import ray
 import tensorflow as tf
 
+import tfbuffers
 from tfbuffers import PyPrioritizedReplayBuffer, PyUniformReplayBuffer, RayReplayBuffer
 from tfbuffers import ray_replay_buffer as ray_lib
 
@@ -256,6 +257,7 @@ class Actor:
             self.writer.add_batch(traced(self.id, envs, step))
             returned.append(step)
             time.sleep(pause)
+        self.writer.flush()
         return returned
 
     def close(self):
@@ -361,6 +363,30 @@ def test_rate_limiter_waits_and_says_why():
     buffer.close()
 
 
+def test_a_writers_adds_arrive_in_order_and_an_error_is_raised_by_its_next_call():
+    # Ratio 1 with error_buffer 2: three frames may be added before a sample; the fourth waits, then times out.
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=100, min_size_to_sample=1, samples_per_insert=1.0,
+                             error_buffer=2.0, timeout=0.5)  # fmt: skip
+    writer = buffer.writer(1)
+    ids = [writer.add_batch(batch([t], 1)).tolist() for t in range(6)]  # returns at once: adds are sent behind
+    assert ids == [[0], [2], [4], [6], [8], [10]]  # add_number * batch_size + segment 0
+    with pytest.raises(TimeoutError, match=r"add of 1 frame.*\(\d of the \d adds this writer sent in one call were"):
+        writer.flush()
+    assert buffer.frames_per_segment() == [3, 0]
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == [0, 1, 2]
+    writer.close()
+    with pytest.raises(ValueError, match="RayWriter: the writer is closed"):
+        writer.add_batch(batch([9], 1))
+    unlimited = RayReplayBuffer(SPEC, batch_size=3, max_length=500)
+    with unlimited.writer(2) as fast:
+        for t in range(300):
+            fast.add_batch({"x": np.array([t, 1000 + t]), "obs": np.zeros([2, 3], np.float32)})
+    assert unlimited.frames_per_segment() == [300, 300, 0]
+    assert np.asarray(unlimited.gather_segment(1)["x"]).tolist() == list(range(1000, 1300))  # in order
+    for target in (buffer, unlimited):
+        target.close()
+
+
 def test_save_load_after_the_actor_is_killed(tmp_path):
     buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6)
     for t in range(7):
@@ -435,6 +461,22 @@ def test_handles_pickle_into_tasks_and_connect_from_another_driver(cluster):
         for _ in range(50):  # the actor's name is freed once Ray has ended it
             RayReplayBuffer.connect("shared-by-name")
             time.sleep(0.1)
+
+
+def test_a_sharded_dataset_mixes_ray_buffers_with_exact_probabilities():
+    shards = [RayReplayBuffer(SPEC, batch_size=1, max_length=8, seed=seed) for seed in (8, 9)]
+    for offset, shard, frames in ((0, shards[0], 2), (100, shards[1], 4)):
+        for t in range(frames):
+            shard.add_batch(batch([offset + t], 1))
+    dataset = tfbuffers.sharded_dataset(shards, sample_batch_size=400, weights=[1, 3], seed=0)
+    items, info = next(iter(dataset))
+    x, probabilities = np.asarray(items["x"]), np.asarray(info.probabilities)
+    np.testing.assert_array_equal(probabilities, np.where(x < 100, 0.25 / 2, 0.75 / 4).astype(np.float32))
+    assert 60 < (x < 100).sum() < 140  # a quarter of 400 draws from the first shard, within 4.6 standard deviations
+    with pytest.raises(ValueError, match="expected one or more ReverbReplayBuffer or RayReplayBuffer"):
+        tfbuffers.sharded_dataset([PyUniformReplayBuffer(SPEC, capacity=2)], sample_batch_size=2)
+    for shard in shards:
+        shard.close()
 
 
 def test_the_module_alone_imports_ray():

@@ -199,6 +199,8 @@ class RateLimiter:
             self.max_diff = min_size * samples_per_insert + error_buffer
         self.inserts = 0
         self.samples = 0
+        self.limits = min_size > 0 or samples_per_insert is not None
+        """Whether anything ever waits (else the checks are skipped)."""
 
     def can_sample(self, size: int, count: int) -> bool:
         """Whether a sample of `count` windows may proceed with `size` frames stored."""
@@ -296,8 +298,8 @@ class RayHost:
 
     # Claims.
 
-    def claim(self, num_envs: int, writer: str) -> list[int]:
-        """`num_envs` free segments, now claimed by `writer`; raises naming the claims if fewer are free."""
+    def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
+        """`num_envs` free segments, now claimed by `writer`, and their add counts; raises if fewer are free."""
         with self._lock:
             free = [s for s in range(len(self._segments)) if s not in self._claims]
             if num_envs > len(free):
@@ -309,7 +311,7 @@ class RayHost:
                 )
             for s in free[:num_envs]:
                 self._claims[s] = writer
-            return free[:num_envs]
+            return free[:num_envs], [int(self._segments[s].storage.added) for s in free[:num_envs]]
 
     def release(self, writer: str) -> None:
         """Frees the segments `writer` claimed."""
@@ -328,6 +330,8 @@ class RayHost:
 
     def _wait(self, ready: Callable[[], bool], what: str, reason: Callable[[], str], timeout: float | None) -> None:
         """Waits (the lock held, released while waiting) until `ready()`; raises `TimeoutError` saying why."""
+        if not self._limiter.limits:
+            return
         start = time.monotonic()
         while not ready():
             left = None if timeout is None else timeout - (time.monotonic() - start)
@@ -368,6 +372,17 @@ class RayHost:
             limiter.inserts += count
             self._changed.notify_all()
             return ids
+
+    def add_many(self, segments: list[int], batches: list[list[np.ndarray]], timeout: float | None) -> np.ndarray:
+        """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`."""
+        ids = []
+        for leaves in batches:
+            try:
+                ids.append(self.add(segments, leaves, timeout))
+            except Exception as error:  # said with how many were stored: nothing is dropped unsaid
+                stored = f"{len(ids)} of the {len(batches)} adds this writer sent in one call were stored, the rest not"
+                raise type(error)(f"{error} ({stored})") from None
+        return np.stack(ids)
 
     def sample(
         self, sample_batch_size: int | None, num_steps: int | None, batches: int, timeout: float | None
@@ -955,8 +970,7 @@ class RayReplayBuffer(ReplayBuffer):
         self._check_open()
         num_envs = positive_int("num_envs", num_envs)
         token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        segments = self._remote("claim", num_envs, token)
-        return RayWriter(self, segments, token)
+        return RayWriter(self, self._remote("claim", num_envs, token), token)
 
     def _close(self) -> None:
         ray = _import_ray()
@@ -971,15 +985,29 @@ class RayWriter:
     """Segments of a `RayReplayBuffer` claimed by one process (`buffer.writer(num_envs)`), and its adds to them.
 
     `add_batch` takes a batch of `num_envs` frames, checked against the buffer's spec (nothing is
-    stored from a refused batch). `close()` (or leaving `with`) releases the segments: another
-    writer may claim them and go on adding to their rings. A writer whose process dies keeps them
-    claimed; the other writers and the samplers go on.
+    stored from a refused batch), and returns at once: adds go to the actor in order, one call at a
+    time, the adds made meanwhile together in the next call (at most `max_pending` of them wait;
+    the next `add_batch` then waits for the call in flight). `flush()` returns once every add is
+    stored; an error the actor raised for an add (a rate limiter's `TimeoutError`, a closed
+    buffer) is raised by the next `add_batch`, `flush` or `close`. `close()` (or leaving `with`)
+    flushes and releases the segments: another writer may claim them and go on adding to their
+    rings. A writer whose process dies keeps them claimed, and loses the adds it had not sent;
+    the other writers and the samplers go on.
+
+    The ids `add_batch` returns are counted here from the segments' adds when they were claimed
+    (`add_number * batch_size + segment`): a `clear()` of the buffer meanwhile numbers anew.
     """
 
-    def __init__(self, buffer: RayReplayBuffer, segments: list[int], token: str) -> None:
+    def __init__(
+        self, buffer: RayReplayBuffer, claim: tuple[list[int], list[int]], token: str, max_pending: int = 64
+    ) -> None:
         self._buffer = buffer
-        self._segments = list(segments)
+        self._segments = list(claim[0])
+        self._adds = np.asarray(claim[1], np.int64)
         self._token = token
+        self._max_pending = max_pending
+        self._pending: list[list[np.ndarray]] = []  # adds not sent yet, copied
+        self._in_flight: Any = None  # the call sending the adds before them
         self._closed = False
 
     @property
@@ -993,14 +1021,45 @@ class RayWriter:
             raise ValueError("RayWriter: the writer is closed")
         buffer = self._buffer
         leaves, _ = specs.check_batch(items, buffer.data_spec, buffer.fields, (len(self._segments),))
-        return call(buffer.actor, "add", self._segments, host.arrays(leaves), buffer.timeout)
+        # Copies: the caller may reuse its arrays before the add is sent.
+        self._pending.append([np.array(leaf) for leaf in host.arrays(leaves)])
+        ids = self._adds * buffer.batch_size + np.asarray(self._segments, np.int64)
+        self._adds += 1
+        self._send(wait=len(self._pending) >= self._max_pending)
+        return ids
+
+    def _send(self, wait: bool) -> None:
+        """Sends the pending adds if no call is in flight (after waiting for it, with `wait`)."""
+        ray = _import_ray()
+        if self._in_flight is not None:
+            if not wait and not ray.wait([self._in_flight], timeout=0)[0]:
+                return
+            in_flight, self._in_flight = self._in_flight, None
+            try:
+                ray.get(in_flight)
+            except ray.exceptions.RayTaskError as error:
+                self._pending.clear()
+                raise _cause(error) from None
+        if self._pending:
+            batches, self._pending = self._pending, []
+            buffer = self._buffer
+            self._in_flight = buffer.actor.add_many.remote(self._segments, batches, buffer.timeout)
+
+    def flush(self) -> None:
+        """Returns once every add made so far is stored in the buffer."""
+        if not self._closed:
+            self._send(wait=True)
+            self._send(wait=True)
 
     def close(self) -> None:
-        """Releases the segments (closing twice is allowed)."""
+        """Flushes, then releases the segments (closing twice is allowed)."""
         if not self._closed:
-            self._closed = True
-            with contextlib.suppress(Exception):
-                call(self._buffer.actor, "release", self._token)
+            try:
+                self.flush()
+            finally:
+                self._closed = True
+                with contextlib.suppress(Exception):
+                    call(self._buffer.actor, "release", self._token)
 
     def __enter__(self) -> RayWriter:
         return self

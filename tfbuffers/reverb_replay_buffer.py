@@ -564,7 +564,7 @@ def sharded_dataset(
     num_parallel_calls: int | None = None,
     seed: int | None = None,
 ) -> tf.data.Dataset:
-    """Samples several Reverb buffers (shards on other servers) through one dataset.
+    """Samples several Reverb or Ray buffers (shards on other servers or actors) through one dataset.
 
     Each element of a batch comes from shard `i` with probability `weights[i]`
     (equal by default), then from that shard's table as its sampler draws.
@@ -573,10 +573,11 @@ def sharded_dataset(
     uniform over all items when the weights are proportional to the shards' sizes,
     as when each shard is fed by the same number of actors. An item's key is its
     shard's; `update_priorities` on every shard with the same ids updates each item
-    once, since a table ignores keys it does not hold.
+    once, since a table ignores keys it does not hold. A `RayReplayBuffer`'s ids are its own
+    (`add_number * batch_size + segment`): update each shard with the ids it gave.
 
     Args:
-      buffers: `ReverbReplayBuffer`s of one data spec, one per server.
+      buffers: `ReverbReplayBuffer`s or `RayReplayBuffer`s of one data spec, one per server or actor.
       sample_batch_size: Windows per batch.
       num_steps: Frames per window, as `as_dataset`'s.
       weights: One number > 0 per shard; None for equal weights.
@@ -587,9 +588,11 @@ def sharded_dataset(
       ValueError: If there are no buffers, their specs differ, or the weights do not fit.
     """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    from tfbuffers.ray_replay_buffer import RayReplayBuffer
+
     buffers = list(buffers)
-    if not buffers or not all(isinstance(buffer, ReverbReplayBuffer) for buffer in buffers):
-        raise ValueError(f"buffers: expected one or more ReverbReplayBuffer, got {buffers!r}")
+    if not buffers or not all(isinstance(buffer, ReverbReplayBuffer | RayReplayBuffer) for buffer in buffers):
+        raise ValueError(f"buffers: expected one or more ReverbReplayBuffer or RayReplayBuffer, got {buffers!r}")
     for index, buffer in enumerate(buffers[1:], 1):
         if buffer.fields != buffers[0].fields:
             raise ValueError(f"buffers[{index}]: expected the data spec of buffers[0], got another one")
