@@ -165,26 +165,21 @@ def test_without_reverb_or_ray_the_manager_is_local(tmp_path, monkeypatch):
         ReplayBufferManager(SPEC, 10, tmp_path / "replay", backend="ray")
 
 
-@pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
-def test_a_reverb_checkpoint_is_not_loaded_as_a_local_one(tmp_path):
+@pytest.mark.parametrize(
+    ("backend", "kind"),
+    [
+        pytest.param("reverb", "a Reverb table", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned")),
+        ("ray", "a RayReplayBuffer's files"),
+    ],
+)
+def test_a_checkpoint_is_not_loaded_as_a_local_one(tmp_path, backend, kind):
     directory = tmp_path / "replay"
-    with manager(directory, "reverb") as first:
+    with manager(directory, backend) as first:
         _, observer = first.create_replay_buffer()
         add(observer, range(3))
         first.checkpoint()
     second = manager(directory, "local")
-    with pytest.raises(ValueError, match="is a Reverb table, this manager runs a local buffer file"):
-        second.load_replay_buffer()
-
-
-def test_a_ray_checkpoint_is_not_loaded_as_a_local_one(tmp_path):
-    directory = tmp_path / "replay"
-    with manager(directory, "ray") as first:
-        _, observer = first.create_replay_buffer()
-        add(observer, range(3))
-        first.checkpoint()
-    second = manager(directory, "local")
-    with pytest.raises(ValueError, match="is a RayReplayBuffer's files, this manager runs a local buffer file"):
+    with pytest.raises(ValueError, match=f"is {kind}, this manager runs a local buffer file"):
         second.load_replay_buffer()
 
 

@@ -34,6 +34,29 @@ OTHER_CLASS = (
 )
 
 
+def segment_sizes(capacity: Any, batch_size: Any, max_length: Any) -> tuple[int, int]:
+    """`(batch_size, max_length)` from a py buffer's `capacity`, `batch_size` and `max_length` arguments, checked.
+
+    `max_length` defaults to `capacity // batch_size`; `capacity` alone means one segment.
+
+    Raises:
+      TypeError: If neither `capacity` nor `max_length` is given, or one is not an int.
+      ValueError: If one is not positive, or `capacity` is not `batch_size * max_length`.
+    """
+    batch_size = positive_int("batch_size", batch_size)
+    capacity = optional_positive_int("capacity", capacity)
+    max_length = optional_positive_int("max_length", max_length)
+    if max_length is None:
+        if capacity is None:
+            raise TypeError(NO_SIZE)
+        if capacity % batch_size:
+            raise ValueError(CAPACITY_NOT_DIVISIBLE.format(batch_size=batch_size, capacity=capacity))
+        max_length = capacity // batch_size
+    elif capacity is not None and capacity != batch_size * max_length:
+        raise ValueError(CAPACITY_MISMATCH.format(expected=batch_size * max_length, capacity=capacity))
+    return batch_size, max_length
+
+
 class PyUniformReplayBuffer(SegmentedReplayBuffer):
     """A numpy replay buffer with the TF buffer's layout, API and return conventions.
 
@@ -137,17 +160,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
           ValueError: If an argument is out of range, `capacity` is not
             `batch_size * max_length`, or the spec is invalid.
         """
-        batch_size = positive_int("batch_size", batch_size)
-        capacity = optional_positive_int("capacity", capacity)
-        max_length = optional_positive_int("max_length", max_length)
-        if max_length is None:
-            if capacity is None:
-                raise TypeError(NO_SIZE)
-            if capacity % batch_size:
-                raise ValueError(CAPACITY_NOT_DIVISIBLE.format(batch_size=batch_size, capacity=capacity))
-            max_length = capacity // batch_size
-        elif capacity is not None and capacity != batch_size * max_length:
-            raise ValueError(CAPACITY_MISMATCH.format(expected=batch_size * max_length, capacity=capacity))
+        batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
         super().__init__(
             data_spec,
             batch_size,

@@ -593,11 +593,8 @@ class RayReplayBuffer(ReplayBuffer):
     Eagerly every method is one remote call; inside a `tf.function` or `tf.data` each runs when the
     graph runs (`tfbuffers.host`). `as_dataset` fetches several batches per remote call, ahead.
 
-    Example:
-    >>> spec = {"x": tf.TensorSpec([], tf.int64)}
-    >>> buffer = RayReplayBuffer(spec, batch_size=2, max_length=4, seed=0)  # doctest: +SKIP
-    >>> with buffer.writer(1) as writer:  # doctest: +SKIP
-    ...     _ = writer.add_batch({"x": np.array([7])})
+    docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/ray_replay_buffer_test.py runs
+    them on a local cluster.
     """
 
     def __init__(
@@ -653,17 +650,9 @@ class RayReplayBuffer(ReplayBuffer):
           ImportError: If Ray cannot be imported.
           TypeError, ValueError: If an argument has the wrong type or is out of range, naming it.
         """
-        batch_size = positive_int("batch_size", batch_size)
-        capacity = optional_positive_int("capacity", capacity)
-        max_length = optional_positive_int("max_length", max_length)
-        if max_length is None:
-            if capacity is None:
-                raise TypeError("capacity or max_length: expected at least one, got neither")
-            if capacity % batch_size:
-                raise ValueError(f"capacity: expected a multiple of batch_size={batch_size}, got {capacity}")
-            max_length = capacity // batch_size
-        elif capacity is not None and capacity != batch_size * max_length:
-            raise ValueError(f"capacity: expected batch_size * max_length = {batch_size * max_length}, got {capacity}")
+        from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer, segment_sizes
+
+        batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
         if sampler not in SAMPLERS:
             raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
         priority_exponent = prioritized.check_exponent(priority_exponent)
@@ -685,8 +674,6 @@ class RayReplayBuffer(ReplayBuffer):
                     "(RayReplayBuffer.open reopens a buffer's directory)"
                 )
         # The segments' options checked here, by a buffer of one frame in RAM: refused before an actor starts.
-        from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
-
         probe = PyUniformReplayBuffer(
             data_spec, batch_size=1, max_length=1, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks
         )
