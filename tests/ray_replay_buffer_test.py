@@ -405,6 +405,12 @@ def test_save_load_after_the_actor_is_killed(tmp_path):
     _, info = loaded.get_next(sample_batch_size=200)
     assert 9 not in np.asarray(info.ids).tolist()  # priority 0 kept
     loaded.close()
+    mapped = RayReplayBuffer.load(tmp_path / "saved", directory=tmp_path / "mapped")  # streamed into memmap segments
+    kill(mapped.actor)
+    reopened = RayReplayBuffer.open(tmp_path / "mapped")
+    for key in SPEC:
+        np.testing.assert_array_equal(reopened.gather_all()[key], before[key])
+    reopened.close()
     with pytest.raises(FileNotFoundError, match="no RayReplayBuffer here"):
         RayReplayBuffer.load(tmp_path / "absent")
 

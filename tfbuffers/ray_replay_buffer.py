@@ -24,7 +24,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -258,30 +258,30 @@ class RayHost:
         self._closed = False
         prioritized_ = config["sampler"] == "prioritized"
         self._class = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
-        reopen = config.pop("reopen", False)
+        source = config.pop("source", None)  # ["open"] or ["load", the saved files' directory]; None: empty
         self._segments: list[Any] = []
         try:
             for s in range(config["batch_size"]):
-                self._segments.append(self._segment(s, reopen=reopen))
+                self._segments.append(self._segment(s, source))
         except BaseException:
             for segment in self._segments:
                 segment.close()
             raise
         self._limiter.inserts = self._size()
         self._share_largest()
-        if config["directory"] is not None and not reopen:
+        if config["directory"] is not None and (source is None or source[0] != "open"):
             write_manifest(pathlib.Path(config["directory"]), config)
 
-    def _segment(self, s: int, load: str | None = None, reopen: bool = False) -> Any:
+    def _segment(self, s: int, source: list[str] | None) -> Any:
         config = self._config
         seed = None if config["seed"] is None else [config["seed"], s]
         directory = config["directory"]
         directory = None if directory is None else pathlib.Path(directory) / SEGMENT_DIRECTORY.format(s)
-        if reopen:
+        if source is not None and source[0] == "open":
             return self._class.open(directory, seed=seed)
         options: dict[str, Any] = {"seed": seed, "directory": directory}
-        if load is not None:
-            return self._class.load(load, **options)
+        if source is not None:  # "load": the segment's file, streamed into `directory` if there is one
+            return self._class.load(pathlib.Path(source[1]) / f"{SEGMENT_DIRECTORY.format(s)}.tfb", **options)
         options.update(max_length=config["max_length"], episode_boundaries=config["episode_boundaries"])
         options["frame_stacks"] = config["frame_stacks"]
         if self._class.__name__ == "PyPrioritizedReplayBuffer":
@@ -529,23 +529,6 @@ class RayHost:
             write_manifest(directory, self._config)
             return str(directory)
 
-    def load(self, path: str) -> None:
-        """Replaces every segment by its file under `path` (written by `save`)."""
-        with self._lock:
-            self._check_open()
-            directory = pathlib.Path(path)
-            loaded = [
-                self._segment(s, load=str(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb"))
-                for s in range(len(self._segments))
-            ]
-            for segment in self._segments:
-                segment.close()
-            self._segments = loaded
-            self._limiter.clear()
-            self._limiter.inserts = self._size()
-            self._share_largest()
-            self._changed.notify_all()
-
     def close(self) -> None:
         """Closes every segment (a memory-mapped one flushes first); later calls raise."""
         with self._lock:
@@ -665,8 +648,10 @@ class RayReplayBuffer(ReplayBuffer):
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
         prefetch_items = positive_int("prefetch_items", prefetch_items)
-        reopen = isinstance(directory, _Reopen)
-        if directory is not None and not reopen:
+        source: _Source | None = directory if isinstance(directory, _Source) else None  # from open() or load()
+        if source is not None:
+            directory = source.directory
+        if directory is not None and (source is None or source.kind == "load"):
             directory = pathlib.Path(directory).absolute()
             if directory.exists() and any(directory.iterdir()):
                 raise ValueError(
@@ -691,7 +676,7 @@ class RayReplayBuffer(ReplayBuffer):
             "ratio": ratio,
             "seed": seed,
             "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
-            "reopen": reopen,
+            "source": None if source is None else [source.kind, str(source.path)],
         }
         ray = ensure_ray(address)
         actor = _actor_class(ray).options(name=config["name"], namespace=NAMESPACE).remote(config)
@@ -752,15 +737,11 @@ class RayReplayBuffer(ReplayBuffer):
           FileNotFoundError: If `path` holds no buffer saved by `save`.
           ValueError: If a file is damaged or of another format (see `tfbuffers.files`).
         """
-        directory = pathlib.Path(path).absolute()
-        spec, arguments = read_manifest(directory)
-        buffer = cls(spec, **{**arguments, **overrides})
-        try:
-            call(buffer.actor, "load", str(directory))
-        except BaseException:
-            buffer.close()
-            raise
-        return buffer
+        path = pathlib.Path(path).absolute()
+        spec, arguments = read_manifest(path)
+        directory = overrides.pop("directory", None)
+        mapped = None if directory is None else pathlib.Path(directory).absolute()
+        return cls(spec, **{**arguments, **overrides, "directory": _Source("load", path, mapped)})
 
     @classmethod
     def open(cls, directory: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
@@ -775,7 +756,7 @@ class RayReplayBuffer(ReplayBuffer):
         """
         directory = pathlib.Path(directory).absolute()
         spec, arguments = read_manifest(directory)
-        return cls(spec, **{**arguments, **overrides, "directory": _Reopen(directory)})
+        return cls(spec, **{**arguments, **overrides, "directory": _Source("open", directory, directory)})
 
     # Properties.
 
@@ -1105,13 +1086,17 @@ def _cause(error: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else error
 
 
-class _Reopen(pathlib.PosixPath):
-    """`directory=` of `RayReplayBuffer.open`: a directory to reopen, not a new one."""
+class _Source(NamedTuple):
+    """`directory=` as `RayReplayBuffer.open` and `load` pass it: segments reopened or loaded, not made empty."""
+
+    kind: str  # "open" or "load"
+    path: pathlib.Path  # the directory to reopen, or the one `save` wrote
+    directory: pathlib.Path | None  # where the segments are memory-mapped
 
 
 def write_manifest(directory: pathlib.Path, config: dict[str, Any]) -> None:
     """`ray_buffer.json` under `directory`: the buffer's configuration, for `load` and `open`."""
-    manifest = {key: value for key, value in config.items() if key not in ("data_spec", "directory", "reopen")}
+    manifest = {key: value for key, value in config.items() if key not in ("data_spec", "directory", "source")}
     manifest.update(format=MANIFEST_FORMAT, spec=specs.spec_to_json(config["data_spec"]))
     directory.mkdir(parents=True, exist_ok=True)
     temporary = directory / f".{MANIFEST}.{os.getpid()}"
