@@ -695,7 +695,6 @@ class RayReplayBuffer(ReplayBuffer):
         self._owner = owner
         self._timeout = timeout
         self._prefetch_items = prefetch_items
-        self._prefetchers: list[_Prefetch] = []  # the datasets' fetchers (not tracked: no variables)
 
     @classmethod
     def connect(cls, name: str, *, address: str | None = None, timeout: float | None = 60.0) -> RayReplayBuffer:
@@ -857,7 +856,6 @@ class RayReplayBuffer(ReplayBuffer):
     ) -> tf.data.Dataset:
         batches = max(1, self._prefetch_items // (sample_batch_size or 1))
         fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
-        self._prefetchers.append(fetch)
 
         def element(_: Any) -> tuple[Any, BufferInfo]:
             leaves, ids, probabilities = host.sample(fetch.next, self._fields, sample_batch_size, num_steps)
