@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import re
+import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +20,12 @@ BUFFER_KINDS = ("py_prioritized", "py_uniform", "tf_prioritized", "tf_uniform")
 REVERB_SAMPLERS = ("uniform", "prioritized")  # tfbuffers.reverb_replay_buffer.SAMPLERS' names
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ADDRESS = re.compile(r"[^\s:,]+:\d+")  # HOST:PORT of a replay server
+# The replay servers' engines (tfbuffers.manager.BACKENDS but "local"), each with the module it needs.
+BACKENDS = {"reverb": "reverb", "ray": "ray"}
+NO_BACKEND = {
+    "reverb": "dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)",
+    "ray": "ray cannot be imported here; install the extra: pip install 'tfbuffers[ray]'",
+}
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -93,3 +102,32 @@ def plain_name(text: str) -> str:
             f"expected a plain name (letters, digits, '_', '.', '-', no '/', not starting with '.'), got {text!r}"
         )
     return text
+
+
+def add_backend(parser: argparse.ArgumentParser) -> None:
+    """--backend: the replay server's engine."""
+    parser.add_argument(
+        "--backend",
+        choices=list(BACKENDS),
+        default=None,
+        help="the replay server's engine: reverb (dm-reverb, Python 3.11) or ray (the ray extra, every stack); "
+        "default: reverb where dm-reverb imports, else ray (server, actors and learner must agree)",
+    )
+
+
+def backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """--backend, or the default one (Reverb where dm-reverb imports, else Ray); the parser's error if it cannot run."""
+    chosen = args.backend or next(
+        (name for name, module in BACKENDS.items() if importlib.util.find_spec(module) is not None), None
+    )
+    if chosen is None:
+        parser.error(f"argument --backend: neither engine imports here ({'; '.join(NO_BACKEND.values())})")
+    if importlib.util.find_spec(BACKENDS[chosen]) is None:
+        parser.error(f"argument --backend: {chosen}: {NO_BACKEND[chosen]}")
+    return chosen
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop`. Call it again once Ray is connected: `ray.init` installs its own SIGTERM exit."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())

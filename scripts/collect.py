@@ -1,4 +1,4 @@
-"""An actor: collects a gymnasium environment's frames into a Reverb replay server.
+"""An actor: collects a gymnasium environment's frames into a replay server (Reverb or Ray).
 
 Start a server (scripts/replay_server.py), a learner (scripts/train_dqn.py
 --replay-server) and any number of these, on one machine or many:
@@ -17,16 +17,28 @@ it acts epsilon-greedily with the newest Q-network the learner published there
 (0: until SIGTERM or SIGINT), then sends what it holds and exits. An actor
 killed outright loses the items of its unfinished episodes only.
 
-The server has no authentication: see docs/scaling.md before opening its port.
+With --backend ray (the server's; the default where dm-reverb does not import)
+--replay-server is the Ray cluster's HOST:PORT that the server printed, and the
+actor adds through a `tfbuffers.RayWriter`: it claims --num-envs of the
+buffer's free segments (`buffer.writer(num_envs)`, said at start), adds every
+frame as it is made (sent in order, the frames made meanwhile together), and
+releases them when it exits. Every frame it added is kept; an actor killed
+outright loses only the frames it had not sent yet, and its segments stay
+claimed (start the server with --segments for every actor's environments).
+
+    python scripts/replay_server.py --backend ray --port 6379 &
+    python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy &
+    python scripts/collect.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy --seed 1 &
+
+A Reverb server has no authentication, and Ray's ports listen on every
+interface: see docs/scaling.md before opening either.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import pathlib
-import signal
 import sys
 import threading
 import time
@@ -42,6 +54,7 @@ class Config:
     """Every setting of an actor; the command-line flags mirror these fields."""
 
     replay_server: str
+    backend: str = "reverb"
     env: str = "CartPole-v1"
     num_envs: int = 1
     sequence_length: int = 2
@@ -60,13 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: one flag per `Config` field."""
     defaults = Config(replay_server="")
     parser = _args.new_parser(__doc__)
-    parser.add_argument("--replay-server", required=True, help="HOST:PORT of scripts/replay_server.py")
+    parser.add_argument(
+        "--replay-server", required=True, help="HOST:PORT of scripts/replay_server.py (Ray: the cluster's)"
+    )
+    _args.add_backend(parser)
     parser.add_argument("--env", default=defaults.env, help="gymnasium environment id (the server's --env)")
     parser.add_argument("--num-envs", type=_args.positive_int, default=defaults.num_envs, help="environments")
     parser.add_argument(
-        "--sequence-length", type=_args.positive_int, default=defaults.sequence_length, help="the server's"
+        "--sequence-length",
+        type=_args.positive_int,
+        default=None,
+        help=f"the server's (Reverb; default {defaults.sequence_length})",
     )
-    parser.add_argument("--table-name", type=_args.plain_name, default=defaults.table_name, help="the server's")
+    parser.add_argument(
+        "--table-name", type=_args.plain_name, default=defaults.table_name, help="the server's (Ray: the buffer's)"
+    )
     parser.add_argument(
         "--frames", type=_args.non_negative_int, default=defaults.frames, help="frames to add (0: until stopped)"
     )
@@ -98,8 +119,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if not _args.ADDRESS.fullmatch(args.replay_server):
         parser.error(f"argument --replay-server: expected HOST:PORT, got {args.replay_server!r}")
     values = _args.config_values(parser, args, Config)
-    if importlib.util.find_spec("reverb") is None:  # the arguments are checked first, on every stack
-        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
+    values["backend"] = _args.backend(parser, args)  # the arguments are checked first, on every stack
+    if args.sequence_length is None:
+        values["sequence_length"] = Config.sequence_length
+    elif values["backend"] == "ray":
+        parser.error("argument --sequence-length: Reverb only (a Ray buffer holds frames; learners pick windows)")
     return Config(**values)
 
 
@@ -194,19 +218,52 @@ def read_record(path: str | pathlib.Path, observation_size: int) -> np.ndarray:
     return np.fromfile(path, np.float64).reshape(-1, RECORD_COLUMNS + observation_size)
 
 
+def check_same_spec(buffer: Any, spec: Any, env_id: str) -> None:
+    """Refuses a buffer whose frames are not this actor's, naming the first field that differs."""
+    from tfbuffers import specs
+
+    served = {
+        field.path: tf.TensorSpec(field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(buffer.data_spec)
+    }
+    made = {field.path: tf.TensorSpec(field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(spec)}
+    for path in sorted(served.keys() | made.keys()):
+        if served.get(path) != made.get(path):
+            raise ValueError(
+                f"the server's buffer holds frames whose {path} is {served.get(path)}; {env_id}'s trajectories "
+                f"have {made.get(path)} (start the server with this actor's --env)"
+            )
+
+
+def batched(add_batch: Any, already: bool) -> Any:
+    """An observer calling `add_batch` with a batch dimension (added to an unbatched environment's frames)."""
+    if already:
+        return add_batch
+    return lambda trajectory: add_batch(tf.nest.map_structure(lambda leaf: np.asarray(leaf)[None], trajectory))
+
+
 def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     """Adds frames to the server until `config.frames` are added or `stop` is set; returns a summary."""
     env = load_gymnasium(config.env, num_envs=config.num_envs, seed=config.seed)
     np.random.seed(config.seed)
     tf.random.set_seed(config.seed)
     source = PolicySource(env, config)
-    buffer = tfbuffers.ReverbReplayBuffer(
-        source.trajectory_spec,
-        config.sequence_length,
-        batch_size=config.num_envs,
-        address=config.replay_server,
-        table_name=config.table_name,
-    )
+    writer: tfbuffers.RayWriter | None = None
+    if config.backend == "ray":
+        buffer: Any = tfbuffers.RayReplayBuffer.connect(config.table_name, address=config.replay_server)
+        _args.stop_on_signals(stop)  # again: Ray's connection made SIGTERM exit at once
+        check_same_spec(buffer, source.trajectory_spec, config.env)
+        writer = claimed = buffer.writer(config.num_envs)
+        print(f"adding to segments {claimed.segments} of RayReplayBuffer {config.table_name!r}", flush=True)
+        add: Any = batched(claimed.add_batch, env.batched)
+    else:
+        buffer = tfbuffers.ReverbReplayBuffer(
+            source.trajectory_spec,
+            config.sequence_length,
+            batch_size=config.num_envs,
+            address=config.replay_server,
+            table_name=config.table_name,
+        )
+        add = PyObserver(buffer)
     recorder = Recorder(config.record) if config.record else None
     added = [0]
     episodes = [0]
@@ -215,7 +272,7 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
         added[0] += config.num_envs
         episodes[0] += int(np.sum(trajectory.is_last()))
 
-    observers = ([recorder] if recorder else []) + [PyObserver(buffer), count]
+    observers = ([recorder] if recorder else []) + [add, count]
     bar = tqdm(total=config.frames or None, unit="frame", desc="collect", disable=not config.progress)
     started = time.perf_counter()
     policies = 0
@@ -237,6 +294,8 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
             bar.set_postfix(episodes=episodes[0])
     finally:
         bar.close()
+        if writer is not None:
+            writer.close()  # sends every frame made so far, and releases the segments
         buffer.close()  # sends every item made so far
         if recorder is not None:
             recorder.close()
@@ -254,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     """Collects as the command line says until done or stopped, and prints what it added."""
     config = parse_args(argv)
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    _args.stop_on_signals(stop)
     try:
         summary = collect(config, stop)
     except ValueError as error:  # the server's table is not this actor's (spec, sequence length, name)

@@ -1,6 +1,7 @@
-"""Serve one tfbuffers Reverb table to actors and learners in other processes or on other machines.
+"""Serve one tfbuffers replay buffer (a Reverb table, or a Ray-hosted buffer) to actors and learners elsewhere.
 
-The table is the one `tfbuffers.ReverbReplayBuffer` makes (windows of
+With --backend reverb (the default where dm-reverb imports: Python 3.11) the
+table is the one `tfbuffers.ReverbReplayBuffer` makes (windows of
 --sequence-length frames of the environment's TF-Agents trajectories, or of the
 spec in --spec-file, FIFO
 removal beyond --capacity items, uniform or prioritized sampling). Processes
@@ -22,6 +23,22 @@ learners, or reach it through an SSH tunnel (see docs/scaling.md).
 
     python scripts/replay_server.py --env CartPole-v1 --port 8000 --checkpoint-dir runs/replay
 
+With --backend ray (the default elsewhere: Python 3.12+; the ray extra) the
+server starts a local Ray cluster whose GCS listens on --port and, in it, a
+`tfbuffers.RayReplayBuffer` named --table-name: --segments rings of
+--capacity / --segments frames, one per actor environment (each actor claims its
+own with `buffer.writer(num_envs)`), windows kept within episodes, paced as
+above. Actors and learners reach it with
+`tfbuffers.RayReplayBuffer.connect(NAME, address="HOST:PORT")` (scripts/collect.py
+and scripts/train_dqn.py with --backend ray do); on another machine, join the
+cluster first (`ray start --address HOST:PORT`). Its checkpoints under
+--checkpoint-dir are `tfbuffers.ReplayBufferManager`'s: the newest restored at
+start, the newest three kept. Ray's token authentication is on: a process needs
+the cluster's token (~/.ray/auth_token) to connect, but Ray's ports listen on
+every interface, listed at start: keep them private (docs/scaling.md).
+
+    python scripts/replay_server.py --backend ray --port 6379 --segments 8 --checkpoint-dir runs/replay
+
 A spec file is what `tf_agents.specs.tensor_spec.to_pbtxt_file(path, agent.collect_data_spec)`
 writes, or the policy_specs.pbtxt of a policy saved by TF-Agents' `PolicySaver`
 (its collect_data_spec is used).
@@ -30,9 +47,8 @@ writes, or the policy_specs.pbtxt of a policy saved by TF-Agents' `PolicySaver`
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import pathlib
-import signal
 import sys
 import threading
 import time
@@ -42,6 +58,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
 
+RAY_SEGMENTS = 16
+KEEP_CHECKPOINTS = 3  # with --backend ray
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
@@ -49,11 +68,29 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--env", default="CartPole-v1", help="gymnasium environment id: the frames' spec")
     source.add_argument("--spec-file", default=None, help="the frames' spec from a TF-Agents .pbtxt spec file")
-    parser.add_argument("--port", type=_args.positive_int, required=True, help="TCP port to serve on")
-    parser.add_argument("--capacity", type=_args.positive_int, default=100_000, help="items the table holds")
-    parser.add_argument("--sequence-length", type=_args.positive_int, default=2, help="frames per item")
+    _args.add_backend(parser)
+    parser.add_argument(
+        "--port", type=_args.positive_int, required=True, help="TCP port to serve on (Ray: the cluster's GCS port)"
+    )
+    parser.add_argument(
+        "--capacity", type=_args.positive_int, default=100_000, help="items the table holds (Ray: frames, in all)"
+    )
+    parser.add_argument(
+        "--sequence-length",
+        type=_args.positive_int,
+        default=None,
+        help="frames per item (Reverb; default 2). A Ray buffer holds frames: each learner picks its windows",
+    )
+    parser.add_argument(
+        "--segments",
+        type=_args.positive_int,
+        default=None,
+        help=f"Ray: the environments all actors may add from at once, one ring each (default {RAY_SEGMENTS})",
+    )
     parser.add_argument("--sampler", choices=_args.REVERB_SAMPLERS, default="uniform", help="how items are drawn")
-    parser.add_argument("--table-name", default="tfbuffers", type=_args.plain_name, help="the table's name")
+    parser.add_argument(
+        "--table-name", default="tfbuffers", type=_args.plain_name, help="the table's name (Ray: the buffer's)"
+    )
     parser.add_argument(
         "--min-size-to-sample", type=_args.positive_int, default=1, help="items the table holds before sampling"
     )
@@ -78,8 +115,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked as far as it can be without TensorFlow (the spec file is read later)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if importlib.util.find_spec("reverb") is None:
-        parser.error("dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)")
+    args.backend = _args.backend(parser, args)
+    if args.backend == "ray":
+        if args.sequence_length is not None:
+            parser.error("argument --sequence-length: Reverb only (a Ray buffer holds frames; learners pick windows)")
+        args.segments = args.segments or RAY_SEGMENTS
+    else:
+        if args.segments is not None:
+            parser.error("argument --segments: Ray only (a Reverb table takes any number of actors)")
+        args.sequence_length = args.sequence_length or 2
     return args
 
 
@@ -97,6 +141,13 @@ from tfbuffers.reverb_replay_buffer import make_rate_limiter, make_table, start_
 NO_AUTHENTICATION = (
     "NO AUTHENTICATION: Reverb serves gRPC on every network interface; anyone who can reach port {port} can read, "
     "write and clear this buffer. Keep the port private (a private network, a firewall rule, an SSH tunnel)."
+)
+
+
+RAY_AUTHENTICATION = (
+    "Ray's token authentication is on: a process needs this cluster's token (~/.ray/auth_token here) to connect, "
+    "and one that has it can run any code on the cluster. Ray's ports listen on every interface (listed above): "
+    "keep them private (a firewall rule, a private network)."
 )
 
 
@@ -118,9 +169,11 @@ def trajectory_spec(env_id: str) -> Any:
 
 def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     """Serves until `stop` is set; checkpoints on the way and at the end. Returns the exit status."""
+    spec = spec_from_file(args.spec_file) if args.spec_file else trajectory_spec(args.env)
+    if args.backend == "ray":
+        return serve_ray(args, spec, stop)
     import reverb
 
-    spec = spec_from_file(args.spec_file) if args.spec_file else trajectory_spec(args.env)
     rate_limiter = make_rate_limiter(args.min_size_to_sample, args.samples_per_insert)
     table = make_table(
         spec, args.sequence_length, args.table_name, args.capacity, args.sampler, rate_limiter=rate_limiter
@@ -147,6 +200,75 @@ def serve(args: argparse.Namespace, stop: threading.Event) -> int:
     return 0
 
 
+def serve_ray(args: argparse.Namespace, spec: Any, stop: threading.Event) -> int:
+    """`serve` with --backend ray: a RayReplayBuffer in a local cluster whose GCS is on --port."""
+    import ray
+
+    import tfbuffers
+
+    os.environ["RAY_GCS_SERVER_PORT"] = str(args.port)  # read by the local cluster the buffer starts
+    options = {
+        "name": args.table_name,
+        "episode_boundaries": True,  # as Reverb's items: a window never spans two episodes
+        "min_size_to_sample": args.min_size_to_sample,
+        "samples_per_insert": args.samples_per_insert,
+    }
+    manager = None
+    if args.checkpoint_dir is None:
+        buffer = tfbuffers.RayReplayBuffer(
+            spec,
+            batch_size=args.segments,
+            max_length=-(-args.capacity // args.segments),
+            sampler=args.sampler,
+            **options,
+        )
+    else:
+        manager = tfbuffers.ReplayBufferManager(
+            spec,
+            args.capacity,
+            args.checkpoint_dir,
+            batch_size=args.segments,
+            sampler=args.sampler,
+            keep_checkpoints=KEEP_CHECKPOINTS,
+            backend="ray",
+            ray_options=options,
+        )
+        try:
+            buffer, _ = manager.load_replay_buffer()
+        except FileNotFoundError:
+            buffer, _ = manager.create_replay_buffer()
+        except ValueError as error:  # made with other flags
+            print(
+                f"replay_server.py: error: {error} (here: start the server with the flags the checkpoints were "
+                "made with, or with another --checkpoint-dir)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 2
+    _args.stop_on_signals(stop)  # again: Ray's start made SIGTERM exit at once
+    address = ray.get_runtime_context().gcs_address
+    frames = int(buffer.num_frames())
+    print(
+        f"serving RayReplayBuffer {args.table_name!r} on port {args.port} ({frames} frames restored); "
+        f"connect with --backend ray --replay-server {address}",
+        flush=True,
+    )
+    print(RAY_AUTHENTICATION, file=sys.stderr, flush=True)
+    last = time.monotonic()
+    while not stop.wait(1.0):
+        if manager is not None and time.monotonic() - last >= args.checkpoint_interval:
+            print(f"checkpoint: {manager.checkpoint()}", flush=True)
+            last = time.monotonic()
+    if manager is not None:
+        frames = int(buffer.num_frames())
+        print(f"final checkpoint of {frames} frames: {manager.checkpoint()}", flush=True)
+        manager.close()
+    else:
+        buffer.close()
+    print("stopped", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parses the command line and serves until SIGTERM or SIGINT."""
     parser = build_parser()
@@ -162,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {args.spec_file!r}: {error}"
             )
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    _args.stop_on_signals(stop)
     return serve(args, stop)
 
 

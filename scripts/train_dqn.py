@@ -22,13 +22,20 @@ weights and priority updates as above), and publishes its Q-network to
 --policy-dir every --policy-interval iterations for the actors to act with.
 
     python scripts/train_dqn.py --replay-server localhost:8000 --policy-dir runs/policy
+
+With --backend ray (the server's; the default where dm-reverb does not import)
+--replay-server is the Ray cluster's HOST:PORT that scripts/replay_server.py
+printed (one: a process joins one Ray cluster), and the learner samples its
+`tfbuffers.RayReplayBuffer` (`RayReplayBuffer.connect`), windows of 2 frames
+within episodes, several batches fetched per call.
+
+    python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import pathlib
 import sys
@@ -38,6 +45,8 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
+
+RAY_BUFFER = "tfbuffers"  # the name scripts/replay_server.py gives its RayReplayBuffer (its --table-name)
 
 
 @dataclasses.dataclass
@@ -65,6 +74,7 @@ class Config:
     output_dir: str = "out/dqn"
     starter_buffer: str | None = None
     replay_server: str | None = None
+    backend: str | None = None  # the replay server's: "reverb" or "ray"
     policy_dir: str | None = None
     policy_interval: int = 1_000
     progress: bool = True
@@ -154,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--replay-server",
         default=None,
-        help="HOST:PORT of scripts/replay_server.py (or several, comma-separated): learn from actors' frames there",
+        help="HOST:PORT of scripts/replay_server.py (or several, comma-separated; Ray: the cluster's, one): "
+        "learn from actors' frames there",
     )
+    _args.add_backend(parser)
     parser.add_argument(
         "--policy-dir", default=None, help="publish the Q-network here for scripts/collect.py --policy-dir"
     )
@@ -189,8 +201,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
         for address in args.replay_server.split(","):
             if not _args.ADDRESS.fullmatch(address):
                 parser.error(f"argument --replay-server: expected HOST:PORT[,HOST:PORT...], got {address!r}")
-        if importlib.util.find_spec("reverb") is None:
-            parser.error("argument --replay-server: dm-reverb cannot be imported here (pinned stack, Python 3.11)")
+        values["backend"] = _args.backend(parser, args)
+        if values["backend"] == "ray" and "," in args.replay_server:
+            parser.error(
+                f"argument --replay-server: expected one HOST:PORT with --backend ray (a process joins one Ray "
+                f"cluster), got {args.replay_server!r}"
+            )
+    elif args.backend is not None:
+        parser.error("argument --backend: only with --replay-server (without, the buffer is in this process)")
     return Config(**values)
 
 
@@ -211,6 +229,7 @@ from tf_agents.utils import common  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
+from tfbuffers import specs  # noqa: E402
 from tfbuffers.collect import warm  # noqa: E402
 from tfbuffers.envs import load_gymnasium  # noqa: E402
 from tfbuffers.observers import TFObserver  # noqa: E402
@@ -285,7 +304,7 @@ def train(config: Config) -> Result:
 
     shards: list[Any] = []
     if config.replay_server:
-        shards = _connect(config.replay_server.split(","), agent.collect_data_spec)
+        shards = _connect(config.replay_server.split(","), agent.collect_data_spec, config.backend)
         buffer = shards[0]
     elif starter_metadata is not None:
         # The starter seeds a training buffer of --replay-capacity (its newest frames, if it holds more).
@@ -416,8 +435,15 @@ def _train_prioritized(
     return float(loss_info.loss)
 
 
-def _connect(addresses: list[str], spec: Any) -> list[Any]:
-    """A `ReverbReplayBuffer` on each server's table, sampling as the server does."""
+def _connect(addresses: list[str], spec: Any, backend: str | None) -> list[Any]:
+    """A `ReverbReplayBuffer` on each server's table, sampling as the server does; or the Ray server's buffer."""
+    if backend == "ray":
+        buffer = tfbuffers.RayReplayBuffer.connect(RAY_BUFFER, address=addresses[0])
+        wanted = [(field.path, field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(spec)]
+        served = [(field.path, field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(buffer.data_spec)]
+        if served != wanted:
+            raise ValueError(f"replay_server: expected a buffer of the agent's frames {wanted}, got {served}")
+        return [buffer]
     from tfbuffers.reverb_replay_buffer import served_sampler
 
     samplers = {address: served_sampler(address, "tfbuffers") for address in addresses}
@@ -440,6 +466,8 @@ def _wait_for_items(buffers: list[Any], items: int, progress: bool) -> None:
 
 def buffer_label(config: Config) -> str:
     """The buffer a run trained from, for its summary line and plot."""
+    if config.replay_server and config.backend == "ray":
+        return f"tfbuffers RayReplayBuffer at {config.replay_server}"
     if config.replay_server:
         return f"tfbuffers Reverb tables at {config.replay_server}"
     return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "")

@@ -1,8 +1,9 @@
 """Many processes on loopback: scripts/replay_server.py, two scripts/collect.py actors, scripts/train_dqn.py learning.
 
 One actor stops when done; the other is killed (SIGKILL) in the middle of an
-episode. Every item on the server is read back (sampled until every key was
-seen) and traced to the frames each actor recorded (`collect.py --record`).
+episode. Every item on the server is read back and traced to the frames each
+actor recorded (`collect.py --record`): on Reverb (the pinned stack) sampled
+until every key was seen; on Ray (both stacks) every segment's frames in order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import time
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+NEEDS_REVERB = pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra")
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
 FIRST, LAST = 0, 2
@@ -27,10 +29,14 @@ OBSERVATION_SIZE = 4  # CartPole
 
 
 def launch(tmp_path, name, script, *args):
-    """Starts a script with its output in files (a pipe nobody reads could fill and block it)."""
+    """Starts a script with its output in files (a pipe nobody reads could fill and block it).
+
+    It gets the environment a user's shell gives it: no Ray settings this test process may have made.
+    """
     out = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 (the process holds it)
     err = open(tmp_path / f"{name}.err", "w")  # noqa: SIM115
-    return subprocess.Popen([sys.executable, str(SCRIPTS / script), *map(str, args)], stdout=out, stderr=err)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    return subprocess.Popen([sys.executable, str(SCRIPTS / script), *map(str, args)], stdout=out, stderr=err, env=env)
 
 
 def output(tmp_path, name):
@@ -44,9 +50,9 @@ def wait_for(condition, what, timeout=180):
         time.sleep(0.2)
 
 
-def start_server(tmp_path, name, port):
-    server = launch(tmp_path, name, "replay_server.py", "--port", port, "--checkpoint-dir", tmp_path / "replay")
-    wait_for(lambda: "serving table" in output(tmp_path, name) or server.poll() is not None, "the server")
+def start_server(tmp_path, name, port, *flags):
+    server = launch(tmp_path, name, "replay_server.py", "--port", port, "--checkpoint-dir", tmp_path / "replay", *flags)
+    wait_for(lambda: "serving " in output(tmp_path, name) or server.poll() is not None, "the server")
     assert server.poll() is None, output(tmp_path, name)
     return server
 
@@ -99,6 +105,23 @@ def every_item(address):
     return items
 
 
+def kill_when(process, record_path, num_envs, condition):
+    """Stops `process` (SIGSTOP) until its record of whole steps satisfies `condition`, then kills it (SIGKILL)."""
+    for _ in range(100):
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        record = rows(record_path)
+        if len(record) % num_envs == 0 and condition(record):
+            break
+        process.send_signal(signal.SIGCONT)
+        time.sleep(0.05)
+    else:
+        pytest.fail("the actor was never stopped where asked")
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=30) == -signal.SIGKILL
+
+
+@NEEDS_REVERB
 def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_committed_item(tmp_path):
     from replay_server_test import free_port
 
@@ -109,6 +132,7 @@ def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_c
     try:
         learner = launch(
             tmp_path, "learner", "train_dqn.py", "--replay-server", address, "--policy-dir", tmp_path / "policy",
+            "--backend", "reverb",
             "--policy-interval", 50, "--num-iterations", 150, "--initial-collect-frames", 200, "--eval-interval", 150,
             "--eval-episodes", 2, "--batch-size", 32, "--output-dir", tmp_path / "dqn", "--no-progress",
         )  # fmt: skip
@@ -133,20 +157,11 @@ def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_c
         assert killed.poll() is None, output(tmp_path, "killed")
 
         # Kill it in the middle of an episode: stopped where some recorded item belongs to no finished episode.
-        for _ in range(100):
-            killed.send_signal(signal.SIGSTOP)
-            time.sleep(0.05)
-            record = rows(tmp_path / "killed.rec")
-            if len(record) % 2 == 0:
-                every, committed = windows(record, 2)
-                if every - committed and np.sum(record[:, 1] == LAST) >= 3:
-                    break
-            killed.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
-        else:
-            pytest.fail("the actor was never stopped in the middle of an episode")
-        os.kill(killed.pid, signal.SIGKILL)
-        assert killed.wait(timeout=30) == -signal.SIGKILL
+        def mid_episode(record):
+            every, committed = windows(record, 2)
+            return every - committed and np.sum(record[:, 1] == LAST) >= 3
+
+        kill_when(killed, tmp_path / "killed.rec", 2, mid_episode)
 
         assert server.poll() is None  # still serving
         items = every_item(address)
@@ -167,6 +182,132 @@ def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_c
         processes.append(server)
         assert f"({len(items)} items restored)" in output(tmp_path, "restarted")
         assert every_item(address) == items
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+
+
+READ_SEGMENTS = """
+import sys, numpy as np
+from tfbuffers import RayReplayBuffer
+buffer = RayReplayBuffer.connect("tfbuffers", address=sys.argv[1])
+arrays = {}
+for segment in range(buffer.batch_size):
+    frames = buffer.gather_segment(segment)
+    arrays[f"observation{segment}"] = np.asarray(frames.observation)
+    arrays[f"step_type{segment}"] = np.asarray(frames.step_type)
+windows, _ = buffer.get_next(sample_batch_size=2000, num_steps=2)
+arrays["windows"] = np.asarray(windows.observation)
+arrays["frames"] = np.asarray(int(buffer.num_frames()))
+np.savez(sys.argv[2], **arrays)
+"""
+
+
+def ray_segments(tmp_path, address, name):
+    """Every segment's frames (observations, step types), 2000 sampled windows and the frame count, read by a driver."""
+    path = tmp_path / f"{name}.npz"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    run = subprocess.run(
+        [sys.executable, "-c", READ_SEGMENTS, address, str(path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    with np.load(path) as stored:
+        return {key: stored[key] for key in stored.files}
+
+
+def claimed(tmp_path, name):
+    """The segments an actor said it adds to ("adding to segments [a, b] ...")."""
+    line = next(line for line in output(tmp_path, name).splitlines() if line.startswith("adding to segments "))
+    return json.loads(line.split("segments ", 1)[1].split("]", 1)[0] + "]")
+
+
+@NEEDS_RAY
+def test_on_ray_two_actors_and_a_learner_share_one_buffer_and_a_killed_actor_loses_only_unsent_frames(tmp_path):
+    from replay_server_test import free_port
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    ray_flags = ("--backend", "ray", "--segments", 3, "--capacity", 300_000)
+    server = start_server(tmp_path, "server", port, *ray_flags)
+    processes = [server]
+    try:
+        assert f"serving RayReplayBuffer 'tfbuffers' on port {port} (0 frames restored)" in output(tmp_path, "server")
+        listening = output(tmp_path, "server").split("Listening: ", 1)[1].split(". ", 1)[0]
+        assert f"gcs_server *:{port}" in listening and "dashboard" not in listening  # said at start
+        learner = launch(
+            tmp_path, "learner", "train_dqn.py", "--backend", "ray", "--replay-server", address,
+            "--policy-dir", tmp_path / "policy", "--policy-interval", 50, "--num-iterations", 150,
+            "--initial-collect-frames", 200, "--eval-interval", 150, "--eval-episodes", 2, "--batch-size", 32,
+            "--output-dir", tmp_path / "dqn", "--no-progress",
+        )  # fmt: skip
+        done = launch(
+            tmp_path, "done", "collect.py", "--backend", "ray", "--replay-server", address, "--frames", 300,
+            "--seed", 1, "--record", tmp_path / "done.rec", "--no-progress",
+        )  # fmt: skip
+        killed = launch(
+            tmp_path, "killed", "collect.py", "--backend", "ray", "--replay-server", address, "--num-envs", 2,
+            "--seed", 2, "--record", tmp_path / "killed.rec", "--policy-dir", tmp_path / "policy",
+            "--policy-poll-seconds", 0.5, "--no-progress",
+        )  # fmt: skip
+        processes += [learner, done, killed]
+
+        assert done.wait(timeout=240) == 0, output(tmp_path, "done")
+        assert learner.wait(timeout=400) == 0, output(tmp_path, "learner")
+        summary = json.loads((tmp_path / "dqn" / "summary.json").read_text())["result"]
+        assert summary["train_steps"] == 150 and summary["frames_collected"] == 0
+        assert "with tfbuffers RayReplayBuffer at " + address in output(tmp_path, "learner")
+        wait_for(lambda: "acting with " in output(tmp_path, "killed"), "the actor to load the learner's policy")
+        assert killed.poll() is None, output(tmp_path, "killed")
+
+        def mid_episode(record):  # some environment's last recorded frame is not an episode's last
+            last_steps = record[-2:, 1]
+            return np.sum(record[:, 1] == LAST) >= 3 and (last_steps != LAST).any()
+
+        kill_when(killed, tmp_path / "killed.rec", 2, mid_episode)
+        assert server.poll() is None  # still serving
+
+        stored = ray_segments(tmp_path, address, "stored")
+        done_record, killed_record = rows(tmp_path / "done.rec"), rows(tmp_path / "killed.rec")
+        [done_segment], killed_segments = claimed(tmp_path, "done"), claimed(tmp_path, "killed")
+        assert sorted([done_segment, *killed_segments]) == [0, 1, 2]  # each its own segments
+        # The actor that finished: every frame it made, in order.
+        np.testing.assert_array_equal(stored[f"observation{done_segment}"], done_record[:, 2:].astype(np.float32))
+        np.testing.assert_array_equal(stored[f"step_type{done_segment}"], done_record[:, 1])
+        # The killed one: each environment's frames in order up to where it was killed, less at most the adds it
+        # had not sent (one call in flight and up to 63 waiting, RayWriter's max_pending=64; the frame being added).
+        for env, segment in enumerate(killed_segments):
+            made = killed_record[killed_record[:, 0] == env]
+            kept = stored[f"observation{segment}"]
+            assert 0 <= len(made) - len(kept) <= 2 * 64 + 1 and len(kept) > 0, (len(made), len(kept))
+            np.testing.assert_array_equal(kept, made[: len(kept), 2:].astype(np.float32))
+            np.testing.assert_array_equal(stored[f"step_type{segment}"], made[: len(kept), 1])
+        # Sampled windows: consecutive frames of one environment, within one episode.
+        every = windows(done_record, 1)[0] | windows(killed_record, 2)[0]
+        assert {pair.astype(np.float32).tobytes() for pair in stored["windows"]} <= every
+        frames = int(stored["frames"])
+        assert frames == sum(len(stored[f"observation{segment}"]) for segment in range(3))
+
+        # Stopped after its final checkpoint and started again, the server holds every frame, in place.
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0, output(tmp_path, "server")
+        assert f"final checkpoint of {frames} frames" in output(tmp_path, "server")
+        server = start_server(tmp_path, "restarted", port, *ray_flags)
+        processes.append(server)
+        assert f"({frames} frames restored)" in output(tmp_path, "restarted")
+        restored = ray_segments(tmp_path, address, "restored")
+        for key in (f"{field}{segment}" for field in ("observation", "step_type") for segment in range(3)):
+            np.testing.assert_array_equal(restored[key], stored[key])
+        # A server started with other flags on those checkpoints is refused, naming the flag's value.
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0, output(tmp_path, "restarted")
+        other = launch(tmp_path, "other", "replay_server.py", "--port", port, "--checkpoint-dir", tmp_path / "replay",
+                       "--backend", "ray", "--segments", 4, "--capacity", 300_000)  # fmt: skip
+        assert other.wait(timeout=120) == 2
+        assert "batch_size: the checkpoint in" in output(tmp_path, "other") and "made with 3" in output(
+            tmp_path, "other"
+        )
     finally:
         for process in processes:
             if process.poll() is None:

@@ -265,3 +265,43 @@ def test_a_large_reverb_checkpoint_loads_in_a_jupyter_kernel(tmp_path):
     assert stdout == f"loaded {saved}\n"
     assert "Successfully loaded 1 tables" in stderr  # Reverb's log, written on once the server started
     assert "Still reading compressed trajectory data" not in stderr  # less its per-100-chunks progress
+
+
+def test_ray_options_reach_the_buffer_and_a_checkpoint_keeps_what_its_frames_are(tmp_path):
+    import uuid
+
+    from tfbuffers import RayReplayBuffer
+
+    spec = {"step_type": tf.TensorSpec([], tf.int32), "x": tf.TensorSpec([], tf.int64)}
+    name = f"managed-{uuid.uuid4().hex[:8]}"
+    options = {"name": name, "episode_boundaries": True}
+    episodes = {(0, 1), (1, 2), (3, 4), (4, 5)}  # two episodes of three frames: no window across them
+    with ReplayBufferManager(spec, 10, tmp_path / "replay", backend="ray", ray_options=options) as first:
+        _, observer = first.create_replay_buffer()
+        for t, step_type in enumerate([0, 1, 2, 0, 1, 2]):
+            observer({"step_type": np.int32(step_type), "x": np.int64(t)})
+        with RayReplayBuffer.connect(name) as other:  # the name reached the actor
+            assert int(other.num_frames()) == 6
+        assert windows(first) == episodes
+        first.checkpoint()
+    other = {"name": name, "episode_boundaries": False}
+    with ReplayBufferManager(spec, 10, tmp_path / "replay", backend="ray", ray_options=other) as second:
+        expected = CONFIG_DIFFERS.format(
+            name="ray_options['episode_boundaries']",
+            directory=tmp_path / "replay" / "checkpoints" / "0",
+            saved=True,
+            requested=False,
+        ).replace("; pass take_checkpoint_config=True to use the checkpoint's", "")
+        with pytest.raises(ValueError) as raised:
+            second.load_replay_buffer()
+        assert str(raised.value) == expected
+    with ReplayBufferManager(spec, 10, tmp_path / "replay", backend="ray", ray_options=options) as third:
+        _, observer = third.load_replay_buffer()
+        assert windows(third) == episodes
+        for t, step_type in ((6, 0), (7, 1)):  # a new episode: still kept apart from the last
+            observer({"step_type": np.int32(step_type), "x": np.int64(t)})
+        assert windows(third) == episodes | {(6, 7)}
+    with pytest.raises(ValueError, match=r"ray_options: expected keys among .* got \['capacity'\]"):
+        ReplayBufferManager(spec, 10, tmp_path / "bad", backend="ray", ray_options={"capacity": 4})
+    with pytest.raises(ValueError, match="ray_options: only for backend='ray', got backend='local'"):
+        ReplayBufferManager(spec, 10, tmp_path / "bad", backend="local", ray_options={"name": "x"})

@@ -34,6 +34,9 @@ replay_server = load_script("replay_server")
 collect = load_script("collect")
 compare_runs = load_script("compare_runs")
 
+NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra")
+NEEDS_REVERB = pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+
 
 def assert_refused(capsys, parse, argv, message):
     """`parse(argv)` exits with status 2 and says `message` on stderr (argparse's way)."""
@@ -70,6 +73,7 @@ def assert_refused(capsys, parse, argv, message):
                 "--output-dir",
                 "--starter-buffer",
                 "--replay-server",
+                "--backend",
                 "--policy-dir",
                 "--policy-interval",
                 "--no-progress",
@@ -112,9 +116,11 @@ def assert_refused(capsys, parse, argv, message):
             {
                 "--env",
                 "--spec-file",
+                "--backend",
                 "--port",
                 "--capacity",
                 "--sequence-length",
+                "--segments",
                 "--sampler",
                 "--table-name",
                 "--min-size-to-sample",
@@ -127,6 +133,7 @@ def assert_refused(capsys, parse, argv, message):
             "collect",
             {
                 "--replay-server",
+                "--backend",
                 "--env",
                 "--num-envs",
                 "--sequence-length",
@@ -261,7 +268,7 @@ def test_the_learner_refuses_servers_that_sample_differently():
         samplers = {addresses[0]: "uniform", addresses[1]: "prioritized"}
         expected = f"replay_server: expected servers that sample alike, got {samplers}"
         with pytest.raises(ValueError) as raised:
-            train_dqn._connect(addresses, spec)
+            train_dqn._connect(addresses, spec, "reverb")
         assert str(raised.value) == expected
 
 
@@ -477,6 +484,14 @@ def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
         (["--replay-server", "a:1,b"], "argument --replay-server: expected HOST:PORT[,HOST:PORT...], got 'b'"),
         (["--replay-server", "a:1", "--starter-buffer", "x"], "argument --starter-buffer: not with --replay-server"),
         (["--policy-interval", "0"], "argument --policy-interval: expected a positive int, got 0"),
+        (["--backend", "ray"], "argument --backend: only with --replay-server"),
+        (["--replay-server", "a:1", "--backend", "kafka"], "argument --backend: invalid choice: 'kafka'"),
+        pytest.param(
+            ["--replay-server", "a:1,b:2", "--backend", "ray"],
+            "argument --replay-server: expected one HOST:PORT with --backend ray (a process joins one Ray cluster), "
+            "got 'a:1,b:2'",
+            marks=NEEDS_RAY,
+        ),
     ],
 )
 def test_train_dqn_refuses_bad_replay_server_arguments(capsys, argv, message):
@@ -496,10 +511,54 @@ def test_train_dqn_refuses_bad_replay_server_arguments(capsys, argv, message):
         (["--replay-server", "h:1", "--policy-poll-seconds", "inf"], "expected a positive number, got inf"),
         (["--replay-server", "h:1", "--fc-layers", "10,x"], "argument --fc-layers: expected a positive int, got 'x'"),
         (["--replay-server", "h:1", "--table-name", "../t"], "argument --table-name: expected a plain name"),
+        pytest.param(
+            ["--replay-server", "h:1", "--backend", "ray", "--sequence-length", "3"],
+            "argument --sequence-length: Reverb only (a Ray buffer holds frames; learners pick windows)",
+            marks=NEEDS_RAY,
+        ),
     ],
 )
 def test_collect_refuses_bad_arguments(capsys, argv, message):
     assert_refused(capsys, collect.parse_args, argv, message)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            ["--backend", "ray", "--sequence-length", "3"],
+            "argument --sequence-length: Reverb only (a Ray buffer holds frames; learners pick windows)",
+            marks=NEEDS_RAY,
+        ),
+        pytest.param(
+            ["--backend", "reverb", "--segments", "4"],
+            "argument --segments: Ray only (a Reverb table takes any number of actors)",
+            marks=NEEDS_REVERB,
+        ),
+        pytest.param(
+            ["--backend", "reverb"],
+            "argument --backend: reverb: dm-reverb cannot be imported here; it installs on Python 3.11",
+            marks=pytest.mark.skipif(importlib.util.find_spec("reverb") is not None, reason="Reverb imports here"),
+        ),
+        (["--backend", "ray", "--segments", "0"], "argument --segments: expected a positive int, got 0"),
+    ],
+)
+def test_the_server_refuses_flags_of_the_other_backend(capsys, argv, message):
+    assert_refused(capsys, replay_server.parse_args, ["--port", "1", *argv], message)
+
+
+def test_the_default_backend_is_reverb_where_it_imports_else_ray(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    expected = "reverb" if real("reverb") is not None else "ray" if real("ray") is not None else None
+    if expected is not None:
+        assert replay_server.parse_args(["--port", "1"]).backend == expected
+        assert collect.parse_args(["--replay-server", "h:1"]).backend == expected
+        assert train_dqn.parse_args(["--replay-server", "h:1"]).backend == expected
+    assert train_dqn.parse_args([]).backend is None  # no server: the buffer is in the process
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name in ("reverb", "ray") else real(name))
+    message = "argument --backend: neither engine imports here (dm-reverb cannot be imported here"
+    assert_refused(capsys, replay_server.parse_args, ["--port", "1"], message)
+    assert_refused(capsys, collect.parse_args, ["--replay-server", "h:1", "--backend", "ray"], "ray cannot be imported")
 
 
 def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_not_one(tmp_path, capsys):
@@ -521,8 +580,6 @@ def test_the_server_reads_a_spec_file_or_a_policy_saver_s_and_refuses_what_is_no
     (tmp_path / "bad.pbtxt").write_text("not a spec")
     for path in (tmp_path / "bad.pbtxt", tmp_path / "missing.pbtxt"):
         message = f"argument --spec-file: expected a TF-Agents spec file (.pbtxt), got {str(path)!r}"
-        if importlib.util.find_spec("reverb") is None:  # said first, before TensorFlow is imported to read the file
-            message = "dm-reverb cannot be imported here; it installs on Python 3.11 (the pinned stack)"
         assert_refused(capsys, replay_server.main, ["--port", "1", "--spec-file", str(path)], message)
     argv = ["--port", "1", "--spec-file", "x", "--env", "CartPole-v1"]
     assert_refused(capsys, replay_server.main, argv, "not allowed with argument")
@@ -688,19 +745,23 @@ def test_the_benchmark_refuses_bad_actor_options(capsys, argv, message):
 
 
 @pytest.mark.parametrize(
-    ("module", "argv", "message"),
+    ("module", "argv"),
     [
-        ("collect", ["--replay-server", "h:1"], "dm-reverb cannot be imported here"),
-        ("train_dqn", ["--replay-server", "h:1"], "argument --replay-server: dm-reverb cannot be imported here"),
+        ("collect", ["--replay-server", "h:1"]),
+        ("train_dqn", ["--replay-server", "h:1"]),
+        ("replay_server", ["--port", "1"]),
     ],
 )
-def test_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, module, argv, message):
-    script = {"collect": collect, "train_dqn": train_dqn}[module]
+def test_server_actor_and_learner_say_where_reverb_is_missing(monkeypatch, capsys, module, argv):
+    script = {"collect": collect, "train_dqn": train_dqn, "replay_server": replay_server}[module]
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *args: None if name == "reverb" else real(name, *args)
     )
-    assert_refused(capsys, script.parse_args, argv, message)
+    message = "argument --backend: reverb: dm-reverb cannot be imported here; it installs on Python 3.11"
+    assert_refused(capsys, script.parse_args, [*argv, "--backend", "reverb"], message)
+    if real("ray") is not None:  # without --backend: Ray
+        assert script.parse_args(argv).backend == "ray"
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,11 @@ ITEMS_LOST = (
 )
 NO_BUFFER = "ReplayBufferManager.{method}: no buffer yet: call create_replay_buffer() or load_replay_buffer() first"
 BACKENDS = ("reverb", "ray", "local")
+RAY_FRAME_OPTIONS = frozenset({"episode_boundaries", "frame_stacks"})  # what the frames are: a checkpoint's stays
+RAY_RUN_OPTIONS = frozenset(
+    {"name", "min_size_to_sample", "samples_per_insert", "error_buffer", "timeout", "seed", "address"}
+    | {"prefetch_items", "directory"}
+)  # how the buffer runs: a loaded checkpoint takes the manager's
 CHOSEN = {
     "reverb": "ReplayBufferManager: backend reverb (a Reverb server in this process)",
     "ray": "ReplayBufferManager: backend ray (a RayReplayBuffer actor; other processes connect by its name)%s",
@@ -119,6 +124,7 @@ class ReplayBufferManager:
         table_name: str = "tfbuffers",
         use_reverb: bool | None = None,
         backend: str | None = None,
+        ray_options: dict[str, Any] | None = None,
     ) -> None:
         """Describes the buffer to create or load; starts nothing.
 
@@ -137,6 +143,11 @@ class ReplayBufferManager:
           use_reverb: True for `backend="reverb"`, False for "local" (the earlier form).
           backend: "reverb", "ray" or "local"; None: Reverb where dm-reverb imports, else Ray where
             ray imports, else local.
+          ray_options: More `RayReplayBuffer` arguments, for the Ray backend: what the frames are
+            (`episode_boundaries`, `frame_stacks`: a loaded checkpoint must have been made with the
+            same) and how the buffer runs (`name`, `min_size_to_sample`, `samples_per_insert`,
+            `error_buffer`, `timeout`, `seed`, `address`, `prefetch_items`, `directory`: a loaded
+            checkpoint takes these).
 
         Raises:
           TypeError, ValueError: If an argument has the wrong type or is out of range.
@@ -175,6 +186,7 @@ class ReplayBufferManager:
             available, reason = _importable(backend)
             if not available:
                 raise ImportError(f"backend={backend!r}, but {backend} could not be imported ({reason})")
+        self._ray_options = _ray_options(ray_options, backend)
         said = f" ({'; '.join(reasons)})" if reasons else ""
         logger.warning(CHOSEN[backend] % (said,) if "%s" in CHOSEN[backend] else CHOSEN[backend])
         self._backend = backend
@@ -334,17 +346,27 @@ class ReplayBufferManager:
         )
 
     def _start_ray(self, checkpoint: str | None) -> ReplayBuffer:
-        from tfbuffers.ray_replay_buffer import RayReplayBuffer
+        from tfbuffers.ray_replay_buffer import RayReplayBuffer, read_manifest
 
-        config = self._config
+        config, options = self._config, self._ray_options
         if checkpoint is not None:  # its configuration is the manager's (checked by _adopt)
-            return RayReplayBuffer.load(self._directory / "checkpoints" / checkpoint)
+            path = self._directory / "checkpoints" / checkpoint
+            _, saved = read_manifest(path)
+            for name in RAY_FRAME_OPTIONS & options.keys():
+                if saved[name] != options[name]:
+                    raise ValueError(
+                        CONFIG_DIFFERS.format(
+                            name=f"ray_options[{name!r}]", directory=path, saved=saved[name], requested=options[name]
+                        ).replace("; pass take_checkpoint_config=True to use the checkpoint's", "")
+                    )
+            return RayReplayBuffer.load(path, **{k: v for k, v in options.items() if k in RAY_RUN_OPTIONS})
         return RayReplayBuffer(
             self._data_spec,
             batch_size=config["batch_size"],
             max_length=-(-config["capacity"] // config["batch_size"]),
             sampler=config["sampler"],
             priority_exponent=config["priority_exponent"],
+            **options,
         )
 
     def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
@@ -421,3 +443,21 @@ class ReplayBufferManager:
         if self._buffer is not None:
             self._buffer.close()
             self._buffer = None
+
+
+def _ray_options(options: dict[str, Any] | None, backend: str | None) -> dict[str, Any]:
+    """`ray_options`, checked: only `RayReplayBuffer` arguments the manager does not set, only for Ray."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"ray_options: expected a dict of RayReplayBuffer arguments or None, got {options!r}")
+    allowed = RAY_FRAME_OPTIONS | RAY_RUN_OPTIONS
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(
+            f"ray_options: expected keys among {sorted(allowed)} (capacity, batch_size, sampler and "
+            f"priority_exponent are the manager's own arguments), got {unknown}"
+        )
+    if options and backend != "ray":
+        raise ValueError(f"ray_options: only for backend='ray', got backend={backend!r}")
+    return dict(options)

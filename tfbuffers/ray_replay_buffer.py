@@ -90,6 +90,9 @@ def _import_ray() -> Any:
 def ensure_ray(address: str | None = None) -> Any:
     """Ray, connected: the running connection, the cluster at `address` (or `RAY_ADDRESS`), or a new local one.
 
+    A driver joining a cluster at an address sends the cluster's token where Ray finds one
+    (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`) and `RAY_AUTH_MODE` is unset.
+
     A new local cluster has no dashboard and keeps Ray's token authentication on (`RAY_AUTH_MODE=token`
     unless the environment says otherwise); one log line says which ports it listens on.
     """
@@ -98,6 +101,13 @@ def ensure_ray(address: str | None = None) -> Any:
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None:
+        # Ray sends a token to an address only when RAY_AUTH_MODE=token, and a cluster with token
+        # authentication (what a local start makes) refuses drivers without: with a token at hand
+        # and no mode set, send it, as Ray itself does for address="auto".
+        with contextlib.suppress(ImportError):  # Ray before 2.52 has no token authentication
+            from ray._private.authentication import authentication_token_setup
+
+            authentication_token_setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         return ray
     # Ray 2.52+ turns token authentication on for a new local cluster unless RAY_AUTH_MODE says otherwise.
