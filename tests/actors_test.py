@@ -121,6 +121,45 @@ def kill_when(process, record_path, num_envs, condition):
     assert process.wait(timeout=30) == -signal.SIGKILL
 
 
+def learner_and_actors(tmp_path, address, backend, label):
+    """A learner and two actors on the server at `address`, waited for; returns them, the second actor still running.
+
+    The first actor adds 300 frames and exits; the learner trains 150 steps and exits; the second (two
+    environments, "killed") has by then acted with a Q-network the learner published.
+    """
+    learner = launch(
+        tmp_path, "learner", "train_dqn.py", "--backend", backend, "--replay-server", address,
+        "--policy-dir", tmp_path / "policy", "--policy-interval", 50, "--num-iterations", 150,
+        "--initial-collect-frames", 200, "--eval-interval", 150, "--eval-episodes", 2, "--batch-size", 32,
+        "--output-dir", tmp_path / "dqn", "--no-progress",
+    )  # fmt: skip
+    done = launch(
+        tmp_path, "done", "collect.py", "--backend", backend, "--replay-server", address, "--frames", 300,
+        "--seed", 1, "--record", tmp_path / "done.rec", "--no-progress",
+    )  # fmt: skip
+    killed = launch(
+        tmp_path, "killed", "collect.py", "--backend", backend, "--replay-server", address, "--num-envs", 2,
+        "--seed", 2, "--record", tmp_path / "killed.rec", "--policy-dir", tmp_path / "policy",
+        "--policy-poll-seconds", 0.5, "--no-progress",
+    )  # fmt: skip
+    processes = [learner, done, killed]
+    try:
+        assert done.wait(timeout=240) == 0, output(tmp_path, "done")
+        assert learner.wait(timeout=400) == 0, output(tmp_path, "learner")
+        summary = json.loads((tmp_path / "dqn" / "summary.json").read_text())["result"]
+        assert summary["train_steps"] == 150 and summary["frames_collected"] == 0
+        assert f"with {label} at {address}" in output(tmp_path, "learner")
+        # The second actor acts with a Q-network the learner published.
+        wait_for(lambda: "acting with " in output(tmp_path, "killed"), "the actor to load the learner's policy")
+        assert killed.poll() is None, output(tmp_path, "killed")
+    except BaseException:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        raise
+    return processes
+
+
 @NEEDS_REVERB
 def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_committed_item(tmp_path):
     from replay_server_test import free_port
@@ -130,38 +169,14 @@ def test_two_actors_and_a_learner_share_one_server_and_a_killed_actor_loses_no_c
     server = start_server(tmp_path, "server", port)
     processes = [server]
     try:
-        learner = launch(
-            tmp_path, "learner", "train_dqn.py", "--replay-server", address, "--policy-dir", tmp_path / "policy",
-            "--backend", "reverb",
-            "--policy-interval", 50, "--num-iterations", 150, "--initial-collect-frames", 200, "--eval-interval", 150,
-            "--eval-episodes", 2, "--batch-size", 32, "--output-dir", tmp_path / "dqn", "--no-progress",
-        )  # fmt: skip
-        done = launch(
-            tmp_path, "done", "collect.py", "--replay-server", address, "--frames", 300, "--seed", 1,
-            "--record", tmp_path / "done.rec", "--no-progress",
-        )  # fmt: skip
-        killed = launch(
-            tmp_path, "killed", "collect.py", "--replay-server", address, "--num-envs", 2, "--seed", 2,
-            "--record", tmp_path / "killed.rec", "--policy-dir", tmp_path / "policy", "--policy-poll-seconds", 0.5,
-            "--no-progress",
-        )  # fmt: skip
-        processes += [learner, done, killed]
-
-        assert done.wait(timeout=240) == 0, output(tmp_path, "done")
-        assert learner.wait(timeout=400) == 0, output(tmp_path, "learner")
-        summary = json.loads((tmp_path / "dqn" / "summary.json").read_text())["result"]
-        assert summary["train_steps"] == 150 and summary["frames_collected"] == 0
-        assert "with tfbuffers Reverb tables at " + address in output(tmp_path, "learner")
-        # The killed actor acted with a Q-network the learner published before it was killed.
-        wait_for(lambda: "acting with " in output(tmp_path, "killed"), "the actor to load the learner's policy")
-        assert killed.poll() is None, output(tmp_path, "killed")
+        processes += learner_and_actors(tmp_path, address, "reverb", "tfbuffers Reverb tables")
 
         # Kill it in the middle of an episode: stopped where some recorded item belongs to no finished episode.
         def mid_episode(record):
             every, committed = windows(record, 2)
             return every - committed and np.sum(record[:, 1] == LAST) >= 3
 
-        kill_when(killed, tmp_path / "killed.rec", 2, mid_episode)
+        kill_when(processes[-1], tmp_path / "killed.rec", 2, mid_episode)
 
         assert server.poll() is None  # still serving
         items = every_item(address)
@@ -236,36 +251,13 @@ def test_on_ray_two_actors_and_a_learner_share_one_buffer_and_a_killed_actor_los
         assert f"serving RayReplayBuffer 'tfbuffers' on port {port} (0 frames restored)" in output(tmp_path, "server")
         listening = output(tmp_path, "server").split("Listening: ", 1)[1].split(". ", 1)[0]
         assert f"gcs_server *:{port}" in listening and "dashboard" not in listening  # said at start
-        learner = launch(
-            tmp_path, "learner", "train_dqn.py", "--backend", "ray", "--replay-server", address,
-            "--policy-dir", tmp_path / "policy", "--policy-interval", 50, "--num-iterations", 150,
-            "--initial-collect-frames", 200, "--eval-interval", 150, "--eval-episodes", 2, "--batch-size", 32,
-            "--output-dir", tmp_path / "dqn", "--no-progress",
-        )  # fmt: skip
-        done = launch(
-            tmp_path, "done", "collect.py", "--backend", "ray", "--replay-server", address, "--frames", 300,
-            "--seed", 1, "--record", tmp_path / "done.rec", "--no-progress",
-        )  # fmt: skip
-        killed = launch(
-            tmp_path, "killed", "collect.py", "--backend", "ray", "--replay-server", address, "--num-envs", 2,
-            "--seed", 2, "--record", tmp_path / "killed.rec", "--policy-dir", tmp_path / "policy",
-            "--policy-poll-seconds", 0.5, "--no-progress",
-        )  # fmt: skip
-        processes += [learner, done, killed]
-
-        assert done.wait(timeout=240) == 0, output(tmp_path, "done")
-        assert learner.wait(timeout=400) == 0, output(tmp_path, "learner")
-        summary = json.loads((tmp_path / "dqn" / "summary.json").read_text())["result"]
-        assert summary["train_steps"] == 150 and summary["frames_collected"] == 0
-        assert "with tfbuffers RayReplayBuffer at " + address in output(tmp_path, "learner")
-        wait_for(lambda: "acting with " in output(tmp_path, "killed"), "the actor to load the learner's policy")
-        assert killed.poll() is None, output(tmp_path, "killed")
+        processes += learner_and_actors(tmp_path, address, "ray", "tfbuffers RayReplayBuffer")
 
         def mid_episode(record):  # some environment's last recorded frame is not an episode's last
             last_steps = record[-2:, 1]
             return np.sum(record[:, 1] == LAST) >= 3 and (last_steps != LAST).any()
 
-        kill_when(killed, tmp_path / "killed.rec", 2, mid_episode)
+        kill_when(processes[-1], tmp_path / "killed.rec", 2, mid_episode)
         assert server.poll() is None  # still serving
 
         stored = ray_segments(tmp_path, address, "stored")
