@@ -16,8 +16,10 @@ tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each measure r
 system in turn, several times (interleaved), after a warm-up; the median and the range are
 reported, and ratios are tfbuffers / peer from the same run. Sampling is measured through the
 Python iterator, inside a learner's compiled loop, and by direct `get_next`; for the TF systems,
-the ops one in-graph sample and add run are counted too. Outputs: a markdown table, JSON and a
-bar chart in --output-dir.
+the ops one in-graph sample and add run are counted too. Then --actors processes add to one
+shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
+samples each through `as_dataset`. Outputs: a markdown table, JSON and a bar chart in
+--output-dir.
 
     python scripts/benchmark.py            # full: 1M frames, 5 repetitions (see docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
@@ -63,8 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actors",
         default=None,
-        help="actor process counts adding to one tfbuffers Reverb server, e.g. 1,2,4 (None: 1,2,4; quick 1; "
-        "'0' for none); needs dm-reverb and the 'tfbuffers Reverb' system",
+        help="actor process counts adding to one buffer (each of --actor-backends), e.g. 1,2,4 (None: 1,2,4; "
+        "quick 1; '0' for none)",
+    )
+    parser.add_argument(
+        "--actor-backends",
+        default=None,
+        help="the buffers actors add to, comma-separated, among 'tfbuffers Reverb' (dm-reverb) and 'tfbuffers Ray' "
+        "(the ray extra) (None: each that imports here)",
     )
     parser.add_argument(
         "--actor-seconds", type=float, default=None, help="seconds each actor adds for (None: 10, quick 2)"
@@ -85,6 +93,8 @@ SYSTEM_NAMES = (
 
 
 WORKLOAD_NAMES = ("control", "atari")
+# The buffers actor processes add to (--actor-backends), each with the module it needs.
+ACTOR_BACKENDS = {"tfbuffers Reverb": "reverb", "tfbuffers Ray": "ray"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 10.0)
     if not 0 < args.actor_seconds < float("inf"):
         parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
+    chosen = (args.actor_backends or ",".join(ACTOR_BACKENDS)).split(",")
+    if any(name.strip() not in ACTOR_BACKENDS for name in chosen):
+        parser.error(
+            f"argument --actor-backends: expected names among {', '.join(ACTOR_BACKENDS)}, got {args.actor_backends!r}"
+        )
+    args.actor_backends = [name.strip() for name in chosen]
     if args.systems is not None:
         wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
         if not wanted or any(name not in SYSTEM_NAMES for name in wanted):
@@ -1221,42 +1237,87 @@ def available_systems() -> tuple[list[type[System]], dict[str, str]]:
     return kept, left_out
 
 
-def _actor(address: str, workload: Workload, seconds: float, ready: Any, go: Any, results: Any) -> None:
-    """One actor process: adds the workload's batches to the server at `address` for `seconds`, then flushes."""
+LEARNER_BATCHES = 200  # batches a learner draws through as_dataset for its rate (quick: a fifth)
+
+
+def _actor(
+    backend: str, target: tuple[str, str], workload: Workload, seconds: float, ready: Any, go: Any, results: Any
+) -> None:
+    """One actor process: adds the workload's batches to the buffer at `target` for `seconds`, then flushes.
+
+    `target`: `(address, name)`: a Reverb server's address, or a Ray cluster's and the buffer's name.
+    """
     batches = _mid_episode(numpy_batches(workload, 16, seed=os.getpid()))
-    with tfbuffers.ReverbReplayBuffer(
-        workload.spec, workload.num_steps, batch_size=workload.num_envs, address=address
-    ) as buffer:
-        buffer.add_batch(batches[0])  # connected and warm before the clock starts
+    address, name = target
+    if backend == "tfbuffers Ray":
+        buffer = tfbuffers.RayReplayBuffer.connect(name, address=address)
+        writer: Any = buffer.writer(workload.num_envs)  # this process's segments
+    else:
+        buffer = writer = tfbuffers.ReverbReplayBuffer(
+            workload.spec, workload.num_steps, batch_size=workload.num_envs, address=address
+        )
+    with buffer, writer:
+        writer.add_batch(batches[0])  # connected and warm before the clock starts
+        writer.flush()
         ready.put(True)
         go.wait()
         start = time.perf_counter()
         steps = 0
         while time.perf_counter() - start < seconds:
-            buffer.add_batch(batches[steps % len(batches)])
+            writer.add_batch(batches[steps % len(batches)])
             steps += 1
-        buffer.flush()
+        writer.flush()
         results.put((steps * workload.num_envs, time.perf_counter() - start))
 
 
-def actor_rates(workload: Workload, counts: list[int], seconds: float, progress: bool) -> dict[str, Any]:
-    """Frames (items) per second into one Reverb server from 1, 2, 4... actor processes adding at once.
+def learner_rate(buffer: Any, workload: Workload, num_batches: int) -> float:
+    """Windows per second a learner draws from `buffer` through `as_dataset` (+ prefetch), as the systems' measure."""
+    w = workload
+    dataset = buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+    return num_batches * w.sample_batch_size / _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
 
-    The server is the embedded one of a `tfbuffers.ReverbReplayBuffer` in this process; each actor is a
-    process of its own with a `ReverbReplayBuffer(..., address=...)`, adding one frame per environment
-    per call, as `scripts/collect.py` does once its environment has stepped.
+
+def actor_rates(
+    backend: str, workload: Workload, counts: list[int], seconds: float, quick: bool, progress: bool
+) -> dict[str, Any]:
+    """Frames (items) per second into one buffer from 1, 2, 4... actor processes adding at once; the learner's rate.
+
+    `backend` "tfbuffers Reverb": the embedded server of a `tfbuffers.ReverbReplayBuffer` in this process; each
+    actor a process with a `ReverbReplayBuffer(..., address=...)`. "tfbuffers Ray": a `RayReplayBuffer` (in a
+    local Ray cluster this process starts) of `num_envs` segments per actor of the largest count; each actor a
+    process that connects by name and adds through a `RayWriter` of its own segments. Actors add one frame per
+    environment per call, as `scripts/collect.py` does once its environment has stepped. Then this process
+    samples the buffer through `as_dataset`, as a learner does ("learner", windows/s, the buffer quiet).
     """
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    rates: dict[str, Any] = {}
-    with tfbuffers.ReverbReplayBuffer(
-        workload.spec, workload.num_steps, batch_size=workload.num_envs, capacity=workload.frames
-    ) as server:
-        for count in tqdm(counts, desc=f"{workload.name}: actors", disable=not progress):
+    rates: dict[str, Any] = {"adds": {}}
+    ray = None
+    if backend == "tfbuffers Ray":
+        from tfbuffers.ray_replay_buffer import ensure_ray
+
+        started = not importlib.import_module("ray").is_initialized()
+        ray = ensure_ray()
+        segments = workload.num_envs * max(counts)
+        server: Any = tfbuffers.RayReplayBuffer(
+            workload.spec,
+            batch_size=segments,
+            max_length=max(workload.frames // segments, workload.num_steps),
+            name=f"benchmark-{os.getpid()}",
+        )
+        target = (ray.get_runtime_context().gcs_address, server.name)
+    else:
+        server = tfbuffers.ReverbReplayBuffer(
+            workload.spec, workload.num_steps, batch_size=workload.num_envs, capacity=workload.frames
+        )
+        target = (server.server_address, "")
+    try:
+        for count in tqdm(counts, desc=f"{workload.name}: {backend} actors", disable=not progress):
+            server.clear()
             ready, results, go = context.Queue(), context.Queue(), context.Event()
             actors = [
-                context.Process(target=_actor, args=(server.server_address, workload, seconds, ready, go, results))
+                context.Process(target=_actor, args=(backend, target, workload, seconds, ready, go, results))
                 for _ in range(count)
             ]
             for actor in actors:
@@ -1269,12 +1330,27 @@ def actor_rates(workload: Workload, counts: list[int], seconds: float, progress:
                 actor.join(timeout=60)
             frames = sum(frames for frames, _ in added)
             elapsed = max(elapsed for _, elapsed in added)
-            rates[str(count)] = {
+            rates["adds"][str(count)] = {
                 "frames_per_second": frames / elapsed,
                 "per_actor": [frames / elapsed for frames, elapsed in added],
             }
-            server.clear()
+        batches = LEARNER_BATCHES // 5 if quick else LEARNER_BATCHES
+        rates["learner"] = learner_rate(server, workload, batches)
+    finally:
+        server.close()
+        if ray is not None and started:
+            ray.shutdown()
     return rates
+
+
+def local_learner_rate(workload: Workload, quick: bool) -> float:
+    """`learner_rate` of a local `PyUniformReplayBuffer` holding the workload's frames: the single-process floor."""
+    buffer = tfbuffers.PyUniformReplayBuffer(
+        workload.spec, batch_size=workload.num_envs, max_length=workload.frames // workload.num_envs
+    )
+    for batch in _mid_episode(numpy_batches(workload, 16)) * (workload.frames // workload.num_envs // 16 + 1):
+        buffer.add_batch(batch)
+    return learner_rate(buffer, workload, LEARNER_BATCHES // 5 if quick else LEARNER_BATCHES)
 
 
 def _rss() -> int:
@@ -1485,15 +1561,7 @@ def markdown(results: dict[str, Any]) -> str:
                 share = "-" if anonymous is None or not stored else _ratio(max(anonymous, 0.0) / stored)
                 lines.append(f"| {name} | {opens} | {share} |")
         if result.get("actors"):
-            lines += [
-                "",
-                "Actor processes adding to one tfbuffers Reverb server at once (items/s; an item per frame):",
-                "",
-            ]
-            lines += ["| actors | items/s, all actors | items/s per actor |", "|---|---|---|"]
-            for count, entry in result["actors"].items():
-                each = ", ".join(_fmt(rate) for rate in entry["per_actor"])
-                lines.append(f"| {count} | {_fmt(entry['frames_per_second'])} | {each} |")
+            lines += ["", *actor_table(result["actors"])]
         lines += ["", "Ratios (tfbuffers / peer, medians of the same run):", ""]
         lines += ["| measure | ratio | value |", "|---|---|---|"]
         for measure, row in ratios(result).items():
@@ -1584,6 +1652,46 @@ def stack() -> list[tuple[str, str]]:
     return versions
 
 
+def actor_table(actors: dict[str, Any]) -> list[str]:
+    """The markdown lines of `actor_rates`' results: items/s by actor count and backend, the learners' rates."""
+    backends = [name for name in ACTOR_BACKENDS if name in actors]
+    lines = [
+        "Actor processes adding to one buffer at once (items/s, all actors; per actor in brackets; an item per "
+        "frame), then a learner drawing from it through `as_dataset` (windows/s, the buffer quiet; "
+        "tfbuffers py: a local buffer in the learner's process):",
+        "",
+        "| actors | " + " | ".join(backends) + (" | Ray / Reverb |" if len(backends) == 2 else " |"),
+        "|---|" + "---|" * (len(backends) + (len(backends) == 2)),
+    ]
+    for count in actors[backends[0]]["adds"]:
+        cells = []
+        for backend in backends:
+            entry = actors[backend]["adds"][count]
+            each = ", ".join(_fmt(rate) for rate in entry["per_actor"])
+            cells.append(f"{_fmt(entry['frames_per_second'])} ({each})")
+        if len(backends) == 2:
+            pair = [actors[backend]["adds"][count]["frames_per_second"] for backend in backends]
+            cells.append(_ratio(pair[1] / pair[0]))
+        lines.append(f"| {count} | " + " | ".join(cells) + " |")
+    learners = [actors[backend]["learner"] for backend in backends]
+    ratio = [_ratio(learners[1] / learners[0])] if len(backends) == 2 else []
+    lines.append("| learner | " + " | ".join([*map(_fmt, learners), *ratio]) + " |")
+    if "tfbuffers py" in actors and "tfbuffers Ray" in actors:
+        local = actors["tfbuffers py"]["learner"]
+        lines += [
+            "",
+            f"Learner's `as_dataset` against a local py buffer's ({_fmt(local)} windows/s): tfbuffers Ray "
+            f"{_ratio(actors['tfbuffers Ray']['learner'] / local)}"
+            + (
+                f", tfbuffers Reverb {_ratio(actors['tfbuffers Reverb']['learner'] / local)}"
+                if "tfbuffers Reverb" in actors
+                else ""
+            )
+            + ".",
+        ]
+    return lines
+
+
 # The systems by name, in SYSTEMS' order: what --systems accepts, known before TensorFlow is imported.
 
 
@@ -1613,8 +1721,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
-        if actor_counts and TFBuffersReverb in classes:
-            rates = actor_rates(workload, actor_counts, actor_seconds, not args.no_progress)
+        backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
+        if actor_counts and backends:
+            rates = {
+                backend: actor_rates(backend, workload, actor_counts, actor_seconds, args.quick, not args.no_progress)
+                for backend in backends
+            }
+            rates["tfbuffers py"] = {"learner": local_learner_rate(workload, args.quick)}
             results["workloads"][name]["actors"] = rates
         results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
     results["seconds"] = time.perf_counter() - started
