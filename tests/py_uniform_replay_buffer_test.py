@@ -101,6 +101,23 @@ def test_seed_makes_sampling_reproducible():
     assert samples(5) != samples(6)
 
 
+@pytest.mark.parametrize("cls", [tfbuffers.PyUniformReplayBuffer, tfbuffers.PyPrioritizedReplayBuffer])
+def test_sample_arrays_is_get_next_unpacked(cls):
+    def buffer():
+        made = cls(SPEC, batch_size=3, max_length=5, seed=4)
+        fill(made, 7)
+        return made
+
+    leaves, ids, probabilities = buffer().sample_arrays(6, 2)
+    items, info = buffer().get_next(sample_batch_size=6, num_steps=2)
+    assert len(leaves) == len(tf.nest.flatten(SPEC))
+    for leaf, expected in zip(leaves, tf.nest.flatten(items)):
+        np.testing.assert_array_equal(leaf, expected)
+    np.testing.assert_array_equal(ids, info.ids)
+    np.testing.assert_array_equal(probabilities, info.probabilities)
+    assert assert_whole(tf.nest.pack_sequence_as(SPEC, leaves)).shape == (6, 2)
+
+
 def test_checkpoint_into_another_shape_is_refused(tmp_path):
     buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=3)
     path = tf.train.Checkpoint(buffer=buffer).save(str(tmp_path / "ckpt"))

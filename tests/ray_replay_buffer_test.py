@@ -21,6 +21,7 @@ import tensorflow as tf
 import tfbuffers
 from tfbuffers import PyPrioritizedReplayBuffer, PyUniformReplayBuffer, RayReplayBuffer
 from tfbuffers import ray_replay_buffer as ray_lib
+from tfbuffers.specs import flatten_spec
 
 SPEC = {"x": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([3], tf.float32)}
 # Frames traced to their writer, environment and step; step types for episodes (FIRST 0, MID 1, LAST 2).
@@ -148,6 +149,18 @@ def test_api_matches_the_local_buffer_eagerly_and_in_tf_function():
     buffer.close()
     with pytest.raises(ValueError, match="closed"):
         buffer.num_frames()
+
+
+def test_a_dataset_fetches_whole_batches_up_to_prefetch_items_and_prefetch_bytes():
+    control = flatten_spec({"o": tf.TensorSpec([17], tf.float32), "a": tf.TensorSpec([6], tf.int64)})
+    atari = flatten_spec({"pixels": tf.TensorSpec([84, 84, 4], tf.uint8)})
+    assert ray_lib.fetch_batches(control, 256, 2, 8192) == 32  # 8192 windows of 2 * 116 bytes: 1.9 MB
+    assert ray_lib.fetch_batches(control, 300, None, 8192) == 27  # whole batches only
+    assert ray_lib.fetch_batches(control, None, None, 10) == 10
+    # 32 windows of 2 * 28,224 bytes: 1.8 MB a batch, so 18 batches in 32 MiB, not 8192 // 32 = 256.
+    assert ray_lib.fetch_batches(atari, 32, 2, 8192) == ray_lib.PREFETCH_BYTES // (32 * 2 * 28_224) == 18
+    assert ray_lib.fetch_batches(atari, 1024, 4, 8192) == 1  # a batch over the bytes is still fetched, alone
+    assert ray_lib.fetch_batches(control, 256, 2, 100) == 1
 
 
 @pytest.mark.parametrize("in_graph", [False, True])

@@ -338,6 +338,16 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
 
+    def sample_arrays(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """`get_next` as flat numpy arrays: `(leaves, ids, probabilities)`, the leaves in `tf.nest.flatten` order.
+
+        The same draw without packing the nest, for a caller that reads many buffers and joins their windows
+        (`tfbuffers.ray_replay_buffer` draws each segment's share of a sample this way).
+        """
+        return self._sample_arrays(sample_batch_size, num_steps)
+
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:

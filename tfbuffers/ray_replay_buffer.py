@@ -74,6 +74,7 @@ NOT_PRIORITIZED = (
 NO_ACTOR = (
     "RayReplayBuffer.connect: no buffer named {name!r} in Ray namespace {namespace!r} of the cluster at {address}"
 )
+PREFETCH_BYTES = 32 << 20  # the most one of `as_dataset`'s fetches holds (two are in flight: the next is asked for)
 MANIFEST = "ray_buffer.json"
 MANIFEST_FORMAT = 1
 SEGMENT_DIRECTORY = "segment-{:04d}"
@@ -409,16 +410,25 @@ class RayHost:
                 lambda: limiter.why_no_sample(self._size(), count),
                 timeout,
             )
-            while True:
-                drawn.append(self._draw(sample_batch_size, num_steps))
+            allowed = 1  # as many of `batches` as the limiter allows, counted before any is drawn
+            limiter.samples += count
+            while allowed < batches and limiter.can_sample(self._size(), count):
+                allowed += 1
                 limiter.samples += count
-                if len(drawn) == batches or not limiter.can_sample(self._size(), count):
-                    break
+            # Nothing changes under the lock, so the batches are one draw of allowed * count windows, split:
+            # each segment weighed and read once per call, not once per batch.
+            leaves, ids, probabilities = self._draw(allowed * count, num_steps)
+            for b in range(allowed):
+                rows = slice(b * count, (b + 1) * count)
+                if sample_batch_size is None:
+                    drawn.append(([leaf[b] for leaf in leaves], ids[b], probabilities[b]))
+                else:
+                    drawn.append(([leaf[rows] for leaf in leaves], ids[rows], probabilities[rows]))
             self._changed.notify_all()
         return drawn
 
-    def _draw(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[list[np.ndarray], np.ndarray, Any]:
-        """One sample across the segments, each drawn in proportion to its windows' weight."""
+    def _draw(self, sample_batch_size: int, num_steps: int | None) -> tuple[list[np.ndarray], np.ndarray, Any]:
+        """`sample_batch_size` windows across the segments, each segment drawn in proportion to its windows' weight."""
         masses = np.zeros(len(self._segments))
         refusal = None
         for s, segment in enumerate(self._segments):
@@ -431,20 +441,17 @@ class RayHost:
         if not total > 0:
             raise ValueError(refusal or sampling.EMPTY.format(buffer=self._label))
         shares = masses / total
-        counts = self._rng.multinomial(sample_batch_size or 1, shares)
+        counts = self._rng.multinomial(sample_batch_size, shares)
         parts, ids, probabilities = [], [], []
         for s in np.flatnonzero(counts):
-            items, info = self._segments[s].get_next(int(counts[s]), num_steps)
-            parts.append(tf.nest.flatten(items))
-            ids.append(np.asarray(info.ids) * len(self._segments) + s)
-            local_probabilities = info.probabilities
+            leaves, local_ids, local_probabilities = self._segments[s].sample_arrays(int(counts[s]), num_steps)
+            parts.append(leaves)
+            ids.append(np.asarray(local_ids) * len(self._segments) + s)
             probabilities.append(np.asarray(local_probabilities, np.float64) * shares[s])
-        order = self._rng.permutation(sample_batch_size or 1)
+        order = self._rng.permutation(sample_batch_size)
         leaves = [np.concatenate(column)[order] for column in zip(*parts)]
         all_ids = np.concatenate(ids)[order]
         all_probabilities = np.asarray(np.concatenate(probabilities)[order], np.float32)
-        if sample_batch_size is None:
-            return [leaf[0] for leaf in leaves], all_ids[0], all_probabilities[0]
         return leaves, all_ids, all_probabilities
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
@@ -609,7 +616,7 @@ class RayReplayBuffer(ReplayBuffer):
         seed: int | None = None,
         name: str | None = None,
         address: str | None = None,
-        prefetch_items: int = 256,
+        prefetch_items: int = 8192,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -637,7 +644,10 @@ class RayReplayBuffer(ReplayBuffer):
           name: The actor's name in the cluster (namespace "tfbuffers"), for `connect`; default a
             new unique one.
           address: A Ray cluster to connect to, if this process is not connected yet.
-          prefetch_items: About how many windows `as_dataset` fetches in one remote call.
+          prefetch_items: About how many windows `as_dataset` fetches in one remote call (whole
+            batches, at least one, at most `PREFETCH_BYTES` of them: `fetch_batches`). The actor weighs
+            and reads each segment once per call, so larger fetches sample faster; a fetched window is
+            drawn from the buffer as it was then (a prioritized one: from the priorities of then).
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -864,7 +874,7 @@ class RayReplayBuffer(ReplayBuffer):
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        batches = max(1, self._prefetch_items // (sample_batch_size or 1))
+        batches = fetch_batches(self._fields, sample_batch_size, num_steps, self._prefetch_items)
         fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
 
         def element(_: Any) -> tuple[Any, BufferInfo]:
@@ -1077,6 +1087,17 @@ class _Prefetch:
                     raise cause from None
                 self._pending = self._actor.sample.remote(*self._arguments)
             return self._ready.popleft()
+
+
+def fetch_batches(fields: Sequence[Any], sample_batch_size: int | None, num_steps: int | None, items: int) -> int:
+    """How many batches one of `as_dataset`'s remote calls fetches.
+
+    `items // sample_batch_size` (whole batches of windows), at most `PREFETCH_BYTES` of frames of `fields` (the
+    flat data spec), at least one.
+    """
+    window = (num_steps or 1) * sum(int(np.prod(f.spec.shape)) * f.spec.dtype.size for f in fields)
+    batch = sample_batch_size or 1
+    return max(1, min(items // batch, PREFETCH_BYTES // (batch * window)))
 
 
 def call(actor: Any, method: str, *args: Any) -> Any:
