@@ -218,29 +218,6 @@ def read_record(path: str | pathlib.Path, observation_size: int) -> np.ndarray:
     return np.fromfile(path, np.float64).reshape(-1, RECORD_COLUMNS + observation_size)
 
 
-def check_same_spec(buffer: Any, spec: Any, env_id: str) -> None:
-    """Refuses a buffer whose frames are not this actor's, naming the first field that differs."""
-    from tfbuffers import specs
-
-    served = {
-        field.path: tf.TensorSpec(field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(buffer.data_spec)
-    }
-    made = {field.path: tf.TensorSpec(field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(spec)}
-    for path in sorted(served.keys() | made.keys()):
-        if served.get(path) != made.get(path):
-            raise ValueError(
-                f"the server's buffer holds frames whose {path} is {served.get(path)}; {env_id}'s trajectories "
-                f"have {made.get(path)} (start the server with this actor's --env)"
-            )
-
-
-def batched(add_batch: Any, already: bool) -> Any:
-    """An observer calling `add_batch` with a batch dimension (added to an unbatched environment's frames)."""
-    if already:
-        return add_batch
-    return lambda trajectory: add_batch(tf.nest.map_structure(lambda leaf: np.asarray(leaf)[None], trajectory))
-
-
 def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     """Adds frames to the server until `config.frames` are added or `stop` is set; returns a summary."""
     env = load_gymnasium(config.env, num_envs=config.num_envs, seed=config.seed)
@@ -249,12 +226,15 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     source = PolicySource(env, config)
     writer: tfbuffers.RayWriter | None = None
     if config.backend == "ray":
-        buffer: Any = tfbuffers.RayReplayBuffer.connect(config.table_name, address=config.replay_server)
-        _args.stop_on_signals(stop)  # again: Ray's connection made SIGTERM exit at once
-        check_same_spec(buffer, source.trajectory_spec, config.env)
+        try:  # a buffer of other frames refused, naming each field that differs
+            buffer: Any = tfbuffers.RayReplayBuffer.connect(
+                config.table_name, data_spec=source.trajectory_spec, address=config.replay_server
+            )
+        finally:
+            _args.stop_on_signals(stop)  # again: Ray's connection made SIGTERM exit at once
         writer = claimed = buffer.writer(config.num_envs)
         print(f"adding to segments {claimed.segments} of RayReplayBuffer {config.table_name!r}", flush=True)
-        add: Any = batched(claimed.add_batch, env.batched)
+        add: Any = PyObserver(claimed)
     else:
         buffer = tfbuffers.ReverbReplayBuffer(
             source.trajectory_spec,

@@ -229,7 +229,6 @@ from tf_agents.utils import common  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
-from tfbuffers import specs  # noqa: E402
 from tfbuffers.collect import warm  # noqa: E402
 from tfbuffers.envs import load_gymnasium  # noqa: E402
 from tfbuffers.observers import TFObserver  # noqa: E402
@@ -438,12 +437,7 @@ def _train_prioritized(
 def _connect(addresses: list[str], spec: Any, backend: str | None) -> list[Any]:
     """A `ReverbReplayBuffer` on each server's table, sampling as the server does; or the Ray server's buffer."""
     if backend == "ray":
-        buffer = tfbuffers.RayReplayBuffer.connect(RAY_BUFFER, address=addresses[0])
-        wanted = [(field.path, field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(spec)]
-        served = [(field.path, field.spec.shape, field.spec.dtype) for field in specs.flatten_spec(buffer.data_spec)]
-        if served != wanted:
-            raise ValueError(f"replay_server: expected a buffer of the agent's frames {wanted}, got {served}")
-        return [buffer]
+        return [tfbuffers.RayReplayBuffer.connect(RAY_BUFFER, data_spec=spec, address=addresses[0])]
     from tfbuffers.reverb_replay_buffer import served_sampler
 
     samplers = {address: served_sampler(address, "tfbuffers") for address in addresses}

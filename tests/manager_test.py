@@ -286,12 +286,11 @@ def test_ray_options_reach_the_buffer_and_a_checkpoint_keeps_what_its_frames_are
         first.checkpoint()
     other = {"name": name, "episode_boundaries": False}
     with ReplayBufferManager(spec, 10, tmp_path / "replay", backend="ray", ray_options=other) as second:
-        expected = CONFIG_DIFFERS.format(
-            name="ray_options['episode_boundaries']",
-            directory=tmp_path / "replay" / "checkpoints" / "0",
-            saved=True,
-            requested=False,
-        ).replace("; pass take_checkpoint_config=True to use the checkpoint's", "")
+        expected = (
+            "load_replay_buffer: ray_options['episode_boundaries']: the checkpoint in "
+            f"{tmp_path / 'replay' / 'checkpoints' / '0'} was made with True, this manager asks for False; it says "
+            "what the checkpoint's frames are, so a loaded buffer keeps it"
+        )
         with pytest.raises(ValueError) as raised:
             second.load_replay_buffer()
         assert str(raised.value) == expected

@@ -112,7 +112,7 @@ def test_py_observer_errors():
     assert str(raised.value) == "PyObserver: x: expected rank 1 (one environment) or 2 (batched), got 3"
     with pytest.raises(TypeError) as raised:
         observers.PyObserver(object())
-    assert str(raised.value) == "PyObserver: expected a tfbuffers.ReplayBuffer, got object"
+    assert str(raised.value) == "PyObserver: expected a tfbuffers.ReplayBuffer or RayWriter, got object"
     assert int(buffer.num_frames()) == 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -91,6 +92,11 @@ def test_local_cluster_listens_without_dashboard_and_refuses_drivers_without_its
     assert not any("dashboard" in name for name in names)
     assert 8265 not in {port for _, _, port in sockets}  # Ray's dashboard port
     assert os.environ["RAY_AUTH_MODE"] == "token"
+    token = pathlib.Path.home() / ".ray" / "auth_token"  # Ray's, written 0644: tightened when the cluster started
+    assert token.stat().st_mode & 0o777 == 0o600
+    token.chmod(0o644)
+    assert ray_lib.private_token() == token and token.stat().st_mode & 0o777 == 0o600
+    assert ray_lib.private_token() is None  # already private: nothing to do
     assert int(cluster.rsplit(":", 1)[1]) in {port for name, _, port in sockets if name == "gcs_server"}
     script = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print('CONNECTED')"
     for auth in ("token", "disabled"):  # a driver with no token (another home), and one with authentication off
@@ -480,6 +486,67 @@ def test_handles_pickle_into_tasks_and_connect_from_another_driver(cluster):
         for _ in range(50):  # the actor's name is freed once Ray has ended it
             RayReplayBuffer.connect("shared-by-name")
             time.sleep(0.1)
+
+
+def test_connect_with_a_data_spec_refuses_a_buffer_of_other_frames_naming_each_field():
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, name="spec-checked")
+    buffer.add_batch(batch([1, 2], 2))
+    other = {"x": tf.TensorSpec([], tf.int32), "obs": tf.TensorSpec([3], tf.float32), "extra": tf.TensorSpec([1])}
+    message = (
+        "data_spec: expected RayReplayBuffer 'spec-checked' to hold frames of the data_spec given, got a buffer "
+        "whose extra is missing; x holds int64[], the data_spec given int32[]"
+    )
+    with pytest.raises(ValueError, match=re.escape(message) + "$"):
+        RayReplayBuffer.connect("spec-checked", data_spec=other)
+    with pytest.raises(ValueError, match=re.escape("obs is not in the data_spec given")):
+        RayReplayBuffer.connect("spec-checked", data_spec={"x": tf.TensorSpec([], tf.int64)})
+    with pytest.raises(TypeError, match="y: expected a TensorSpec or ArraySpec, got"):  # refused before connecting
+        RayReplayBuffer.connect("no-such-buffer", data_spec={"y": 3})
+    # Same paths, dtypes and shapes (TF-Agents' ArraySpecs included): connected, sharing the frames.
+    from tf_agents.specs import array_spec
+
+    same = {"x": array_spec.ArraySpec([], np.int64), "obs": tf.TensorSpec([3], tf.float32, name="o")}
+    handle = RayReplayBuffer.connect("spec-checked", data_spec=same)
+    assert np.asarray(handle.gather_all()["x"]).tolist() == [[1], [2]]
+    handle.add_batch(batch([3, 4], 2))  # the refusals changed nothing: the buffer goes on
+    assert np.asarray(buffer.gather_all()["x"]).tolist() == [[1, 3], [2, 4]]
+    handle.close()
+    buffer.close()
+
+
+def test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_own_segments():
+    from tf_agents.drivers import py_driver
+    from tf_agents.policies import random_py_policy
+
+    from tfbuffers.envs import load_gymnasium
+    from tfbuffers.observers import PyObserver
+
+    one, two = load_gymnasium("CartPole-v1", seed=3), load_gymnasium("CartPole-v1", num_envs=2, seed=4)
+    policy = random_py_policy.RandomPyPolicy(one.time_step_spec(), one.action_spec(), seed=3)
+    policies = random_py_policy.RandomPyPolicy(two.time_step_spec(), two.action_spec(), seed=4, outer_dims=(2,))
+    buffer = RayReplayBuffer(policy.trajectory_spec, batch_size=3, max_length=100)
+    seen_one, seen_two = [], []
+    with buffer.writer(1) as first, buffer.writer(2) as second:
+        assert (first.segments, second.segments, first.batch_size, second.batch_size) == ([0], [1, 2], 1, 2)
+        # An environment's frames, unbatched, through the writer of one segment: the observer adds the batch axis.
+        py_driver.PyDriver(one, policy, [PyObserver(first), seen_one.append], max_steps=30).run(one.reset())
+        observer = PyObserver(second)
+        with pytest.raises(ValueError) as raised:  # one environment's frames for a writer of two: refused
+            observer(seen_one[0])
+        assert str(raised.value) == (
+            "PyObserver: the driver's trajectories have batch size 1 but the writer adds to 2 segments (one per "
+            "environment): claim them with buffer.writer(env.batch_size)"
+        )
+        py_driver.PyDriver(two, policies, [observer, seen_two.append], max_steps=20).run(two.reset())
+    assert buffer.frames_per_segment() == [len(seen_one), len(seen_two), len(seen_two)] and len(seen_two) >= 10
+    expected = [
+        tf.nest.map_structure(lambda *steps: np.stack(steps), *seen_one),
+        *(tf.nest.map_structure(lambda *steps, e=e: np.stack(steps)[:, e], *seen_two) for e in range(2)),
+    ]
+    for segment, frames in enumerate(expected):
+        for stored, made in zip(tf.nest.flatten(buffer.gather_segment(segment)), tf.nest.flatten(frames)):
+            np.testing.assert_array_equal(np.asarray(stored), made)
+    buffer.close()
 
 
 def test_a_sharded_dataset_mixes_ray_buffers_with_exact_probabilities():

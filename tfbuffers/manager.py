@@ -56,6 +56,10 @@ CONFIG_DIFFERS = (
     "load_replay_buffer: {name}: the checkpoint in {directory} was made with {saved}, this manager asks for "
     "{requested}; pass take_checkpoint_config=True to use the checkpoint's"
 )
+FRAMES_DIFFER = (
+    "load_replay_buffer: {name}: the checkpoint in {directory} was made with {saved}, this manager asks for "
+    "{requested}; it says what the checkpoint's frames are, so a loaded buffer keeps it"
+)
 SPEC_DIFFERS = (
     "load_replay_buffer: data_spec: the checkpoint in {directory} holds {saved}, this manager's spec is "
     "{requested}; a buffer cannot change what its frames are"
@@ -355,9 +359,9 @@ class ReplayBufferManager:
             for name in RAY_FRAME_OPTIONS & options.keys():
                 if saved[name] != options[name]:
                     raise ValueError(
-                        CONFIG_DIFFERS.format(
+                        FRAMES_DIFFER.format(
                             name=f"ray_options[{name!r}]", directory=path, saved=saved[name], requested=options[name]
-                        ).replace("; pass take_checkpoint_config=True to use the checkpoint's", "")
+                        )
                     )
             return RayReplayBuffer.load(path, **{k: v for k, v in options.items() if k in RAY_RUN_OPTIONS})
         return RayReplayBuffer(

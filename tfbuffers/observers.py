@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,11 @@ WRONG_BATCH_SIZE = (
 )
 UNKNOWN_RANK = "{observer}: {path}: expected rank {unbatched} (one environment) or {batched} (batched), got {received}"
 NOT_A_BUFFER = "{observer}: expected a tfbuffers.ReplayBuffer, got {received}"
+NOT_A_BUFFER_OR_WRITER = "{observer}: expected a tfbuffers.ReplayBuffer or RayWriter, got {received}"
+WRONG_WRITER_SIZE = (
+    "{observer}: the driver's trajectories have batch size {received} but the writer adds to {expected} segments "
+    "(one per environment): claim them with buffer.writer(env.batch_size)"
+)
 
 
 def _check_buffer(observer: str, buffer: Any) -> ReplayBuffer:
@@ -93,18 +99,25 @@ class PyObserver:
     dimension comes from a batched environment and is added as it is.
     """
 
-    def __init__(self, buffer: ReplayBuffer) -> None:
-        """Observes into `buffer` (any tfbuffers buffer).
+    def __init__(self, buffer: Any) -> None:
+        """Observes into `buffer`: any tfbuffers buffer, or a `RayWriter` (`RayReplayBuffer.writer(num_envs)`).
+
+        A writer adds to the segments it claimed, one per environment; an actor process observes into
+        its own writer while others add to theirs.
 
         Raises:
-          TypeError: If `buffer` is not a tfbuffers buffer.
+          TypeError: If `buffer` is neither.
         """
-        self._buffer = _check_buffer("PyObserver", buffer)
+        ray_module = sys.modules.get("tfbuffers.ray_replay_buffer")  # a RayWriter exists only once it is imported
+        self._writer = ray_module is not None and isinstance(buffer, ray_module.RayWriter)
+        if not self._writer and not isinstance(buffer, ReplayBuffer):
+            raise TypeError(NOT_A_BUFFER_OR_WRITER.format(observer="PyObserver", received=type(buffer).__name__))
+        self._buffer = buffer
         self._first_field = buffer.fields[0] if buffer.fields else None
 
     @property
-    def buffer(self) -> ReplayBuffer:
-        """The buffer this observer adds to."""
+    def buffer(self) -> Any:
+        """The buffer (or `RayWriter`) this observer adds to."""
         return self._buffer
 
     def __call__(self, trajectory: Any) -> None:
@@ -138,6 +151,10 @@ class PyObserver:
                     batched=field_spec.shape.rank + 1,
                     received=rank,
                 )
+            )
+        if self._writer and batch_size != self._buffer.batch_size:
+            raise ValueError(
+                WRONG_WRITER_SIZE.format(observer="PyObserver", received=batch_size, expected=self._buffer.batch_size)
             )
         _check_batch_size("PyObserver", self._buffer, batch_size)
         self._buffer.add_batch(trajectory)

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import host, prioritized, sampling, specs
+from tfbuffers import state as state_lib
 from tfbuffers.replay_buffer import (
     BufferInfo,
     ReplayBuffer,
@@ -74,6 +75,11 @@ NOT_PRIORITIZED = (
 NO_ACTOR = (
     "RayReplayBuffer.connect: no buffer named {name!r} in Ray namespace {namespace!r} of the cluster at {address}"
 )
+OTHER_FRAMES = (
+    "data_spec: expected RayReplayBuffer {name!r} to hold frames of the data_spec given, got a buffer whose "
+    "{differences}"
+)
+PREFETCH_ITEMS = 8192  # `prefetch_items`' default
 PREFETCH_BYTES = 32 << 20  # the most one of `as_dataset`'s fetches holds (two are in flight: the next is asked for)
 MANIFEST = "ray_buffer.json"
 MANIFEST_FORMAT = 1
@@ -121,10 +127,31 @@ def ensure_ray(address: str | None = None) -> Any:
         configure_logging=False,
     )
     auth = "on" if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else "OFF (RAY_AUTH_MODE=disabled)"
+    token = private_token() if auth == "on" else None
+    if token is not None:
+        auth += f"; its token file {token} made readable by its owner only"
     sockets = listening(ray_processes())
     described = ", ".join(f"{name} {address}:{port}" for name, address, port in sockets) or "none found"
     logger.warning(STARTED, auth, described)
     return ray
+
+
+def private_token() -> pathlib.Path | None:
+    """Ray's default token file (`~/.ray/auth_token`), made mode 0600 if others could read it; else None.
+
+    Ray writes it with the process's umask (0644 here): any local user could then read the token and
+    join the cluster. A token given by `RAY_AUTH_TOKEN` or `RAY_AUTH_TOKEN_PATH` is the user's own: left.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return None
+    token = pathlib.Path.home() / ".ray" / "auth_token"
+    try:
+        if not token.stat().st_mode & 0o077:
+            return None
+        token.chmod(0o600)
+    except OSError:  # no token file (authentication off), or not ours to change
+        return None
+    return token
 
 
 def ray_processes() -> list[int]:
@@ -616,7 +643,7 @@ class RayReplayBuffer(ReplayBuffer):
         seed: int | None = None,
         name: str | None = None,
         address: str | None = None,
-        prefetch_items: int = 8192,
+        prefetch_items: int = PREFETCH_ITEMS,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -717,11 +744,33 @@ class RayReplayBuffer(ReplayBuffer):
         self._prefetch_items = prefetch_items
 
     @classmethod
-    def connect(cls, name: str, *, address: str | None = None, timeout: float | None = 60.0) -> RayReplayBuffer:
+    def connect(
+        cls,
+        name: str,
+        *,
+        data_spec: Any = None,
+        address: str | None = None,
+        timeout: float | None = 60.0,
+        prefetch_items: int = PREFETCH_ITEMS,
+    ) -> RayReplayBuffer:
         """A handle on the buffer named `name` in the cluster (another driver's): it shares its frames.
 
         Closing it closes only the handle; the buffer lives as long as the handle that made it.
+
+        Args:
+          name: The buffer's `name`.
+          data_spec: The frames the caller will add or expects to sample; a buffer holding others (a field
+            missing, extra, or of another dtype or shape) is refused naming each such field. None: the
+            buffer's own spec, unchecked.
+          address: A Ray cluster to connect to, if this process is not connected yet.
+          timeout: As in the constructor, for this handle.
+          prefetch_items: As in the constructor, for this handle's datasets.
+
+        Raises:
+          ValueError: If no buffer of that name is in the cluster, or it holds other frames than `data_spec`.
         """
+        prefetch_items = positive_int("prefetch_items", prefetch_items)
+        wanted = None if data_spec is None else specs.flatten_spec(data_spec)  # a bad spec refused before connecting
         ray = ensure_ray(address)
         try:
             actor = ray.get_actor(name, namespace=NAMESPACE)
@@ -729,10 +778,23 @@ class RayReplayBuffer(ReplayBuffer):
             raise ValueError(
                 NO_ACTOR.format(name=name, namespace=NAMESPACE, address=ray.get_runtime_context().gcs_address)
             ) from None
-        return cls._handle(actor, ray.get(actor.config.remote()), owner=False, timeout=timeout)
+        config = ray.get(actor.config.remote())
+        if wanted is not None:
+            differences = state_lib.field_differences(
+                state_lib.field_list(specs.flatten_spec(config["data_spec"])),
+                state_lib.field_list(wanted),
+                extra="{path} is not in the data_spec given",
+                missing="{path} is missing",
+                differs="{path} holds {received}, the data_spec given {expected}",
+            )
+            if differences:
+                raise ValueError(OTHER_FRAMES.format(name=name, differences="; ".join(differences)))
+        return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch_items)
 
     @classmethod
-    def _handle(cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int = 256) -> Any:
+    def _handle(
+        cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int = PREFETCH_ITEMS
+    ) -> Any:
         buffer = cls.__new__(cls)
         cls._attach(buffer, actor, config, owner=owner, timeout=timeout, prefetch_items=prefetch)
         return buffer
@@ -1000,6 +1062,21 @@ class RayWriter:
     def segments(self) -> list[int]:
         """The segments this writer adds to, in the order of its batch."""
         return list(self._segments)
+
+    @property
+    def batch_size(self) -> int:
+        """The leading dimension of this writer's `add_batch`: the segments it claimed (`num_envs`)."""
+        return len(self._segments)
+
+    @property
+    def data_spec(self) -> Any:
+        """The buffer's spec of one frame."""
+        return self._buffer.data_spec
+
+    @property
+    def fields(self) -> tuple[specs.Field, ...]:
+        """The spec's leaves, as the buffer's `fields`."""
+        return self._buffer.fields
 
     def add_batch(self, items: Any) -> np.ndarray:
         """Adds frame `i` of `items` to `segments[i]`; returns their ids (`add_number * batch_size + segment`)."""

@@ -127,8 +127,13 @@ def describe(format: str, layout: Mapping[str, int], fields: Sequence[Field]) ->
     return {
         "format": format,
         "layout": dict(layout),
-        "fields": [[f.path, f.spec.dtype.name, f.spec.shape.as_list()] for f in fields],
+        "fields": field_list(fields),
     }
+
+
+def field_list(fields: Sequence[Field]) -> list[list[Any]]:
+    """`describe()["fields"]`: each field's path, dtype name and shape."""
+    return [[f.path, f.spec.dtype.name, f.spec.shape.as_list()] for f in fields]
 
 
 def check_compatible(received: Mapping[str, Any], expected: Mapping[str, Any], source: str, buffer: str) -> None:
@@ -154,20 +159,38 @@ def check_compatible(received: Mapping[str, Any], expected: Mapping[str, Any], s
                     source=source, what=what, received=layout.get(what), expected=value, buffer=buffer
                 )
             )
-    got = {path: (dtype, shape) for path, dtype, shape in received.get("fields", [])}
-    want = {path: (dtype, shape) for path, dtype, shape in expected["fields"]}
-    if got != want:
-        differences = []
-        for path in sorted(set(got) | set(want)):
-            if path not in want:
-                differences.append(f"{path} is not in this {buffer}")
-            elif path not in got:
-                differences.append(f"{path} is missing")
-            elif got[path] != want[path]:
-                differences.append(
-                    f"{path} holds {_field_str(got[path])}, this {buffer} stores {_field_str(want[path])}"
-                )
+    differences = field_differences(
+        received.get("fields", []),
+        expected["fields"],
+        extra=f"{{path}} is not in this {buffer}",
+        missing="{path} is missing",
+        differs=f"{{path}} holds {{received}}, this {buffer} stores {{expected}}",
+    )
+    if differences:
         raise ValueError(FIELDS_MISMATCH.format(source=source, differences="; ".join(differences)))
+
+
+def field_differences(
+    received: Sequence[Sequence[Any]], expected: Sequence[Sequence[Any]], *, extra: str, missing: str, differs: str
+) -> list[str]:
+    """Every field (by nest path, in path order) where two `describe()["fields"]` lists differ, said by the templates.
+
+    `extra` and `missing` are formatted with `path` (a field only `received`, only `expected` has), `differs`
+    with `path`, `received` and `expected` (the field's dtype and shape in each, as "float32[3]").
+    """
+    got = {path: (dtype, list(shape)) for path, dtype, shape in received}
+    want = {path: (dtype, list(shape)) for path, dtype, shape in expected}
+    differences = []
+    for path in sorted(set(got) | set(want)):
+        if path not in want:
+            differences.append(extra.format(path=path))
+        elif path not in got:
+            differences.append(missing.format(path=path))
+        elif got[path] != want[path]:
+            differences.append(
+                differs.format(path=path, received=_field_str(got[path]), expected=_field_str(want[path]))
+            )
+    return differences
 
 
 def _field_str(dtype_and_shape: tuple[str, list[int]]) -> str:
