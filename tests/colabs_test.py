@@ -42,15 +42,13 @@ BADGE = "https://colab.research.google.com/github/" + URL.removeprefix("https://
 COLAB_PACKAGE = f'"tfbuffers[all] @ git+{URL}"'
 COLAB_INSTALL = f"%pip install -q {COLAB_PACKAGE}\n%pip install -q --no-deps tf-agents==0.19.0"
 PINNED_PACKAGE = f'-c {RAW}/constraints.txt "tfbuffers[all] @ git+{URL}"'
-PINNED_INSTALL = f"""import sys
-
-if sys.version_info[:2] != (3, 11):  # before anything is installed
-    raise RuntimeError(
-        f"This notebook needs a Python 3.11 runtime (found {{sys.version.split()[0]}}): dm-reverb has no wheel past "
-        "Python 3.11. Run it in a local Jupyter on Python 3.11 with the README's setup."
-    )
-%pip install -q {PINNED_PACKAGE}"""
 CLONE = f"!git clone -q --depth 1 {URL} tfbuffers-src"
+EITHER_INSTALL = f"""import sys
+
+if sys.version_info[:2] == (3, 11):  # dm-reverb's last Python: the pinned stack, Reverb and Ray
+    %pip install -q {PINNED_PACKAGE}
+else:  # Colab's runtime: the current stack, Ray
+    {COLAB_INSTALL.replace(chr(10), chr(10) + "    ")}"""
 
 COLAB_RUNTIME = sys.version_info >= (3, 12)  # the current stack: Colab's hosted runtime
 HAS_REVERB = importlib.util.find_spec("reverb") is not None  # the pinned stack (Python 3.11)
@@ -97,13 +95,21 @@ def check_prioritized_replay(namespace: dict[str, Any], printed: str, figures: l
 
 
 def check_reverb_and_scaling(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    backend = namespace["BACKEND"]
+    assert backend == os.environ["TFBUFFERS_BACKEND"]
     assert "FileExistsError create_replay_buffer:" in printed and "already holds a checkpoint" in printed
     assert (namespace["first"], namespace["second"]) == ("0", "1")
     assert namespace["start_items"] == namespace["saved_items"] > 0  # the loaded checkpoint held every item
     assert [actor.returncode for actor in namespace["actors"]] == [0, 0]
-    # Each actor's frames become items of 2 frames within an episode: fewer items than frames, but most.
     grown = namespace["table"][-1] - namespace["start_items"]
-    assert namespace["ACTOR_FRAMES"] < grown < 2 * namespace["ACTOR_FRAMES"]
+    frames = namespace["ACTOR_FRAMES"]
+    if backend == "reverb":  # each actor's frames become items of 2 frames within an episode: fewer, but most
+        assert re.search(r"^ReverbReplayBuffer holds \d+ items$", printed, re.MULTILINE)
+        assert frames < grown < 2 * frames
+    else:  # every frame of both actors: the driver's steps, and one more per episode (its boundary frame)
+        assert re.search(r"^RayReplayBuffer holds \d+ frames$", printed, re.MULTILINE)
+        assert namespace["saved_items"] % 3 == 0  # an add writes a frame to each of the 3 segments
+        assert 2 * frames < grown < 2.2 * frames
     assert "after clear: 0 items" in printed
     assert namespace["restored_items"] == namespace["table"][-1]  # the second checkpoint, after the actors
     assert int(namespace["agent"].train_step_counter.numpy()) == namespace["TRAIN_STEPS"]
@@ -177,7 +183,11 @@ def check_concurrency(namespace: dict[str, Any], printed: str, figures: list[pat
 class Notebook:
     install: list[str]  # its first code cell, line by line
     check: Callable[[dict[str, Any], str, list[pathlib.Path]], None]
-    reverb: bool = False  # needs dm-reverb: the pinned stack (Python 3.11) only
+    backends: tuple[str, ...] = ()  # each run in turn, as `TFBUFFERS_BACKEND` (none: the notebook's own choice)
+
+
+# The scaling notebook's engines on this stack: Reverb (its default where dm-reverb imports) and Ray.
+SCALING_BACKENDS = ("reverb", "ray") if HAS_REVERB else ("ray",)
 
 
 NOTEBOOKS = {
@@ -185,7 +195,7 @@ NOTEBOOKS = {
     "collect_and_train.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_collect_and_train),
     "concurrency.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_concurrency),
     "prioritized_replay.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_prioritized_replay),
-    "reverb_and_scaling.ipynb": Notebook(PINNED_INSTALL.splitlines(), check_reverb_and_scaling, reverb=True),
+    "reverb_and_scaling.ipynb": Notebook(EITHER_INSTALL.splitlines(), check_reverb_and_scaling, SCALING_BACKENDS),
     "save_load_and_episodes.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_save_load_and_episodes),
     "performance.ipynb": Notebook([*COLAB_INSTALL.splitlines(), CLONE], check_performance),
 }
@@ -219,9 +229,12 @@ def run_install_line(line: str, directory: pathlib.Path, namespace: dict[str, An
     if line == CLONE:
         (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
         return
+    indent = line[: len(line) - len(line.lstrip())]
+    line = line.lstrip()
     if not line.startswith("%pip"):
-        namespace.setdefault("__install__", []).append(line)
+        namespace.setdefault("__install__", []).append(indent + line)
         return
+    namespace.setdefault("__install__", []).append(indent + "pass")  # in an `if` for one runtime or another
     if PINNED_PACKAGE in line:
         if COLAB_RUNTIME:
             return  # the pinned stack's line: a Python 3.11 runtime
@@ -314,11 +327,14 @@ def run_small(path: pathlib.Path, directory: pathlib.Path, monkeypatch: Any) -> 
 @pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
     notebook = NOTEBOOKS[path.name]
-    if notebook.reverb and not HAS_REVERB:
-        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
-    namespace, printed, figures = run_small(path, tmp_path, monkeypatch)
-    notebook.check(namespace, printed, figures)
-    assert all(figure.stat().st_size > 10_000 for figure in figures)  # drawn, not blank
+    for backend in notebook.backends or (None,):
+        directory = tmp_path / (backend or "run")
+        directory.mkdir()
+        if backend is not None:
+            monkeypatch.setenv("TFBUFFERS_BACKEND", backend)
+        namespace, printed, figures = run_small(path, directory, monkeypatch)
+        notebook.check(namespace, printed, figures)
+        assert all(figure.stat().st_size > 10_000 for figure in figures)  # drawn, not blank
 
 
 TRAINING = {  # what a notebook's training leaves: compared exactly between two runs
@@ -358,7 +374,11 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
     lines = install.source.splitlines()
     if CLONE in lines:
         (directory / "tfbuffers-src").symlink_to(CHECKOUT, target_is_directory=True)
-    install.source = "\n".join(line for line in lines if not line.startswith(("%pip", "!git clone")))
+    install.source = "\n".join(
+        line.replace(line.lstrip(), "pass") if line.lstrip().startswith("%pip") else line
+        for line in lines
+        if not line.startswith("!git clone")
+    )
     environment = {key: value for key, value in os.environ.items() if key not in KERNEL_UNSET}
     client = nbclient.NotebookClient(
         notebook,
@@ -372,9 +392,6 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
 
 @pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
 def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
-    notebook = NOTEBOOKS[path.name]
-    if notebook.reverb and not HAS_REVERB:
-        pytest.skip("dm-reverb has no wheel past Python 3.11: this notebook runs on the pinned stack")
     ran = executed(path, tmp_path)
     outputs = [output for cell in ran.cells if cell.cell_type == "code" for output in cell.outputs]
     errors = [output for output in outputs if output.output_type == "error"]

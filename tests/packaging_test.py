@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email
 import importlib.metadata
+import os
 import pathlib
 import re
 import shutil
@@ -100,19 +101,32 @@ def link_distributions(distributions: list[importlib.metadata.Distribution], int
             target.symlink_to(site / top)
 
 
-def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_path):
+def wheel_venv(built: dict[str, pathlib.Path], tmp_path: pathlib.Path, extra: str | None = None) -> pathlib.Path:
+    """A fresh venv holding the wheel and what pip would resolve for its core (and `extra`'s) requirements."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(built["wheel"])]
     subprocess.run(install, check=True, timeout=300)
-    core = [text for text in wheel_metadata(built["wheel"]).get_all("Requires-Dist") if "extra ==" not in text]
-    link_distributions(dependency_closure(core), tmp_path / "core-dependencies")
+    requirements = []
+    for text in wheel_metadata(built["wheel"]).get_all("Requires-Dist"):
+        requirement = Requirement(text)
+        if "extra ==" not in text:
+            requirements.append(text)
+        elif extra is not None and requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+            requirements.append(f"{requirement.name}{requirement.specifier}")  # the extra's, as pip resolves them
+    link_distributions(dependency_closure(requirements), tmp_path / "dependencies")
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    (pathlib.Path(site) / "core-dependencies.pth").write_text(str(tmp_path / "core-dependencies") + "\n")
+    (pathlib.Path(site) / "dependencies.pth").write_text(str(tmp_path / "dependencies") + "\n")
+    return python
+
+
+def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_path):
+    python = wheel_venv(built, tmp_path)
+    venv = python.parent.parent
     script = textwrap.dedent(
         f"""
         import importlib.util
@@ -133,6 +147,10 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
                   bool(np.all(windows[:, 1] - windows[:, 0] == 1)))
             path = buffer.save({str(tmp_path)!r} + "/" + kind.__name__ + ".safetensors")
             print("loaded", np.asarray(tfbuffers.load(path).gather_all()["step"]).tolist())
+        try:
+            tfbuffers.RayReplayBuffer(spec, capacity=4)
+        except ImportError as error:
+            print(str(error).split(". ")[-1])
         """
     )
     run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -144,4 +162,42 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
         "loaded [[1, 2, 3], [101, 102, 103]]",
         "PyUniformReplayBuffer [[1, 2, 3], [101, 102, 103]] (5, 2) True",
         "loaded [[1, 2, 3], [101, 102, 103]]",
+        "Install the extra: pip install 'tfbuffers[ray]'",
+    ]
+
+
+def test_the_wheel_with_the_ray_extra_runs_a_ray_buffer_on_a_local_cluster(built, tmp_path):
+    python = wheel_venv(built, tmp_path, extra="ray")
+    others = [name for name in EXTRAS_PACKAGES if name != "ray"]
+    script = textwrap.dedent(
+        f"""
+        import importlib.util
+        print("other extras absent:", all(importlib.util.find_spec(name) is None for name in {others!r}))
+        import numpy as np
+        import tensorflow as tf
+        import tfbuffers
+        spec = {{"step": tf.TensorSpec([], tf.int64)}}
+        buffer = tfbuffers.RayReplayBuffer(spec, batch_size=2, max_length=3, name="from-the-wheel")
+        with buffer.writer(1) as writer:
+            for step in range(4):
+                writer.add_batch({{"step": np.array([step])}})
+        buffer.add_batch({{"step": np.array([7, 107])}})
+        print(buffer.frames_per_segment(), np.asarray(buffer.gather_segment(0)["step"]).tolist())
+        items, info = buffer.get_next(sample_batch_size=5, num_steps=2)
+        print(np.asarray(items["step"]).shape, sorted(set(np.asarray(info.probabilities).tolist())))
+        handle = tfbuffers.RayReplayBuffer.connect("from-the-wheel", data_spec=spec)
+        print(int(handle.num_frames()))
+        buffer.close()
+        """
+    )
+    run = subprocess.run(
+        [str(python), "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={key: value for key, value in os.environ.items() if not key.startswith("RAY_")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert run.stdout.splitlines() == [
+        "other extras absent: True",
+        "[3, 1] [2, 3, 7]",  # segment 0: the writer's 0..3 and the buffer's 7, the newest 3 kept
+        "(5, 2) [0.5]",  # its 2 windows; segment 1's one frame makes none
+        "4",
     ]
