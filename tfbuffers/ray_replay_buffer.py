@@ -79,7 +79,8 @@ OTHER_FRAMES = (
     "data_spec: expected RayReplayBuffer {name!r} to hold frames of the data_spec given, got a buffer whose "
     "{differences}"
 )
-PREFETCH_ITEMS = 8192  # `prefetch_items`' default
+# `prefetch_items`' default by sampler: a prioritized learner's priorities move between fetches, so it fetches less.
+PREFETCH_ITEMS = {"uniform": 8192, "prioritized": 512}
 PREFETCH_BYTES = 32 << 20  # the most one of `as_dataset`'s fetches holds (two are in flight: the next is asked for)
 MANIFEST = "ray_buffer.json"
 MANIFEST_FORMAT = 1
@@ -643,7 +644,7 @@ class RayReplayBuffer(ReplayBuffer):
         seed: int | None = None,
         name: str | None = None,
         address: str | None = None,
-        prefetch_items: int = PREFETCH_ITEMS,
+        prefetch_items: int | None = None,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -672,9 +673,10 @@ class RayReplayBuffer(ReplayBuffer):
             new unique one.
           address: A Ray cluster to connect to, if this process is not connected yet.
           prefetch_items: About how many windows `as_dataset` fetches in one remote call (whole
-            batches, at least one, at most `PREFETCH_BYTES` of them: `fetch_batches`). The actor weighs
-            and reads each segment once per call, so larger fetches sample faster; a fetched window is
-            drawn from the buffer as it was then (a prioritized one: from the priorities of then).
+            batches, at least one, at most `PREFETCH_BYTES` of them: `fetch_batches`); None:
+            `PREFETCH_ITEMS[sampler]`, 8192 uniform, 512 prioritized. The actor weighs and reads each
+            segment once per call, so larger fetches sample faster; a fetched window is drawn from the
+            buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -694,7 +696,7 @@ class RayReplayBuffer(ReplayBuffer):
             raise ValueError(f"timeout: expected a number of seconds > 0 or None, got {timeout!r}")
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
-        prefetch_items = positive_int("prefetch_items", prefetch_items)
+        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         source: _Source | None = directory if isinstance(directory, _Source) else None  # from open() or load()
         if source is not None:
             directory = source.directory
@@ -735,7 +737,9 @@ class RayReplayBuffer(ReplayBuffer):
         self._attach(actor, config, owner=True, timeout=timeout, prefetch_items=prefetch_items)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
-    def _attach(self, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch_items: int) -> None:
+    def _attach(
+        self, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch_items: int | None
+    ) -> None:
         super().__init__(config["data_spec"], config["batch_size"] * config["max_length"])
         self._actor = actor
         self._config = config
@@ -751,7 +755,7 @@ class RayReplayBuffer(ReplayBuffer):
         data_spec: Any = None,
         address: str | None = None,
         timeout: float | None = 60.0,
-        prefetch_items: int = PREFETCH_ITEMS,
+        prefetch_items: int | None = None,
     ) -> RayReplayBuffer:
         """A handle on the buffer named `name` in the cluster (another driver's): it shares its frames.
 
@@ -769,7 +773,7 @@ class RayReplayBuffer(ReplayBuffer):
         Raises:
           ValueError: If no buffer of that name is in the cluster, or it holds other frames than `data_spec`.
         """
-        prefetch_items = positive_int("prefetch_items", prefetch_items)
+        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         wanted = None if data_spec is None else specs.flatten_spec(data_spec)  # a bad spec refused before connecting
         ray = ensure_ray(address)
         try:
@@ -793,7 +797,7 @@ class RayReplayBuffer(ReplayBuffer):
 
     @classmethod
     def _handle(
-        cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int = PREFETCH_ITEMS
+        cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int | None = None
     ) -> Any:
         buffer = cls.__new__(cls)
         cls._attach(buffer, actor, config, owner=owner, timeout=timeout, prefetch_items=prefetch)
@@ -804,7 +808,7 @@ class RayReplayBuffer(ReplayBuffer):
         return (self._unpickled, (self._actor, self._config, self._timeout, self._prefetch_items))
 
     @classmethod
-    def _unpickled(cls, actor: Any, config: dict[str, Any], timeout: Any, prefetch: int) -> RayReplayBuffer:
+    def _unpickled(cls, actor: Any, config: dict[str, Any], timeout: Any, prefetch: int | None) -> RayReplayBuffer:
         return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch)
 
     @classmethod
@@ -936,7 +940,8 @@ class RayReplayBuffer(ReplayBuffer):
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        batches = fetch_batches(self._fields, sample_batch_size, num_steps, self._prefetch_items)
+        items = self._prefetch_items or PREFETCH_ITEMS[self.sampler]
+        batches = fetch_batches(self._fields, sample_batch_size, num_steps, items)
         fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
 
         def element(_: Any) -> tuple[Any, BufferInfo]:
