@@ -559,6 +559,13 @@ def test_a_sharded_dataset_mixes_ray_buffers_with_exact_probabilities():
     x, probabilities = np.asarray(items["x"]), np.asarray(info.probabilities)
     np.testing.assert_array_equal(probabilities, np.where(x < 100, 0.25 / 2, 0.75 / 4).astype(np.float32))
     assert 60 < (x < 100).sum() < 140  # a quarter of 400 draws from the first shard, within 4.6 standard deviations
+    # One shard: its own batched dataset (the windows fetched in batches), the same probabilities.
+    alone = tfbuffers.sharded_dataset(shards[1:], sample_batch_size=6, num_steps=2, seed=0)
+    assert alone.element_spec == shards[1].as_dataset(6, 2).element_spec
+    for items, info in alone.take(3):
+        x = np.asarray(items["x"])
+        assert x.shape == (6, 2) and set(x[:, 0].tolist()) <= {100, 101, 102} and (x[:, 1] - x[:, 0] == 1).all()
+        np.testing.assert_array_equal(info.probabilities, np.full(6, 1 / 3, np.float32))
     with pytest.raises(ValueError, match="expected one or more ReverbReplayBuffer or RayReplayBuffer"):
         tfbuffers.sharded_dataset([PyUniformReplayBuffer(SPEC, capacity=2)], sample_batch_size=2)
     for shard in shards:

@@ -425,11 +425,14 @@ class RayHost:
 
     def sample(
         self, sample_batch_size: int | None, num_steps: int | None, batches: int, timeout: float | None
-    ) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray]]:
-        """Up to `batches` samples (at least one, waiting for the rate limiter; the others only if it allows)."""
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Up to `batches` samples (at least one, waiting for the rate limiter; the others only if it allows).
+
+        Returned stacked, `(leaves, ids, probabilities)` of `allowed * (sample_batch_size or 1)` windows, in
+        few arrays however many windows: `split_samples` makes them the samples.
+        """
         count = sample_batch_size or 1
         limiter = self._limiter
-        drawn = []
         with self._lock:
             self._check_open()
             self._wait(
@@ -443,15 +446,9 @@ class RayHost:
             while allowed < batches and limiter.can_sample(self._size(), count):
                 allowed += 1
                 limiter.samples += count
-            # Nothing changes under the lock, so the batches are one draw of allowed * count windows, split:
-            # each segment weighed and read once per call, not once per batch.
-            leaves, ids, probabilities = self._draw(allowed * count, num_steps)
-            for b in range(allowed):
-                rows = slice(b * count, (b + 1) * count)
-                if sample_batch_size is None:
-                    drawn.append(([leaf[b] for leaf in leaves], ids[b], probabilities[b]))
-                else:
-                    drawn.append(([leaf[rows] for leaf in leaves], ids[rows], probabilities[rows]))
+            # Nothing changes under the lock, so the batches are one draw of allowed * count windows: each
+            # segment weighed and read once per call, not once per batch.
+            drawn = self._draw(allowed * count, num_steps)
             self._changed.notify_all()
         return drawn
 
@@ -926,7 +923,9 @@ class RayReplayBuffer(ReplayBuffer):
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         self._check_open()
         try:
-            return self._remote("sample", sample_batch_size, num_steps, 1, self._timeout)[0]
+            return split_samples(
+                self._remote("sample", sample_batch_size, num_steps, 1, self._timeout), sample_batch_size
+            )[0]
         except ValueError as error:  # sampling an empty buffer: as the local buffers refuse it
             raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
 
@@ -1161,7 +1160,7 @@ class _Prefetch:
                 pending = self._pending or self._actor.sample.remote(*self._arguments)
                 self._pending = None
                 try:
-                    self._ready.extend(ray.get(pending))
+                    self._ready.extend(split_samples(ray.get(pending), self._arguments[0]))
                 except ray.exceptions.RayTaskError as error:
                     cause = _cause(error)
                     if isinstance(cause, ValueError):  # an empty buffer: refused as get_next refuses it
@@ -1169,6 +1168,20 @@ class _Prefetch:
                     raise cause from None
                 self._pending = self._actor.sample.remote(*self._arguments)
             return self._ready.popleft()
+
+
+def split_samples(
+    drawn: tuple[list[np.ndarray], np.ndarray, np.ndarray], sample_batch_size: int | None
+) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray]]:
+    """`RayHost.sample`'s stacked windows as its samples: batches of `sample_batch_size`, or single windows."""
+    leaves, ids, probabilities = drawn
+    if sample_batch_size is None:
+        return [([leaf[i] for leaf in leaves], ids[i], probabilities[i]) for i in range(len(ids))]
+    return [
+        ([leaf[start : start + sample_batch_size] for leaf in leaves], ids[start : start + sample_batch_size],
+         probabilities[start : start + sample_batch_size])
+        for start in range(0, len(ids), sample_batch_size)
+    ]  # fmt: skip
 
 
 def fetch_batches(fields: Sequence[Any], sample_batch_size: int | None, num_steps: int | None, items: int) -> int:

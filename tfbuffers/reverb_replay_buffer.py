@@ -574,7 +574,8 @@ def sharded_dataset(
     as when each shard is fed by the same number of actors. An item's key is its
     shard's; `update_priorities` on every shard with the same ids updates each item
     once, since a table ignores keys it does not hold. A `RayReplayBuffer`'s ids are its own
-    (`add_number * batch_size + segment`): update each shard with the ids it gave.
+    (`add_number * batch_size + segment`): update each shard with the ids it gave. Several shards
+    are mixed window by window; one is its own `as_dataset(sample_batch_size, num_steps)`.
 
     Args:
       buffers: `ReverbReplayBuffer`s or `RayReplayBuffer`s of one data spec, one per server or actor.
@@ -600,6 +601,8 @@ def sharded_dataset(
     if shares.shape != (len(buffers),) or not np.all(np.isfinite(shares)) or not np.all(shares > 0):
         raise ValueError(f"weights: expected {len(buffers)} finite numbers > 0, got {weights!r}")
     shares = shares / shares.sum()
+    if len(buffers) == 1:  # the same draws, in batches: one host call per batch, not one per window
+        return buffers[0].as_dataset(sample_batch_size, num_steps, num_parallel_calls=num_parallel_calls)
 
     def scaled(share: float) -> Any:
         def scale(items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
