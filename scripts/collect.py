@@ -26,7 +26,7 @@ releases them when it exits. Every frame it added is kept; an actor killed
 outright loses only the frames it had not sent yet, and its segments stay
 claimed (start the server with --segments for every actor's environments).
 
-    python scripts/replay_server.py --backend ray --port 6379 &
+    python scripts/replay_server.py --backend ray --port 6379 --segments 1 &
     python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy &
     python scripts/collect.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy --seed 1 &
 

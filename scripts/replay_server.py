@@ -27,8 +27,9 @@ With --backend ray (the default elsewhere: Python 3.12+; the ray extra) the
 server starts a local Ray cluster whose GCS listens on --port and, in it, a
 `tfbuffers.RayReplayBuffer` named --table-name: --segments rings of
 --capacity / --segments frames, one per actor environment (each actor claims its
-own with `buffer.writer(num_envs)`), windows kept within episodes, paced as
-above. Actors and learners reach it with
+own with `buffer.writer(num_envs)`; a segment no actor claims holds nothing, so
+give --segments the actors' environments in all), windows kept within episodes,
+paced as above. Actors and learners reach it with
 `tfbuffers.RayReplayBuffer.connect(NAME, address="HOST:PORT")` (scripts/collect.py
 and scripts/train_dqn.py with --backend ray do); on another machine, join the
 cluster first (`ray start --address HOST:PORT`). Its checkpoints under
@@ -37,7 +38,7 @@ start, the newest three kept. Ray's token authentication is on: a process needs
 the cluster's token (~/.ray/auth_token) to connect, but Ray's ports listen on
 every interface, listed at start: keep them private (docs/scaling.md).
 
-    python scripts/replay_server.py --backend ray --port 6379 --segments 8 --checkpoint-dir runs/replay
+    python scripts/replay_server.py --backend ray --port 6379 --segments 4 --checkpoint-dir runs/replay
 
 A spec file is what `tf_agents.specs.tensor_spec.to_pbtxt_file(path, agent.collect_data_spec)`
 writes, or the policy_specs.pbtxt of a policy saved by TF-Agents' `PolicySaver`
