@@ -5,6 +5,7 @@
 #   make test PYTHON=python3.12
 #   make test-fast                  the fast subset (tests not marked slow), for development
 #   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
+#   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's peer, apart from TensorFlow
 # A venv is set up again when setup.cfg or the stack's constraints file changes.
 PYTHON ?= python3.11
 STACK := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] == (3, 11) else "current")')
@@ -21,7 +22,7 @@ endif
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: setup run test test-fast
+.PHONY: setup run test test-fast flashbax-env
 
 setup: $(VENV)/.installed
 
@@ -40,3 +41,11 @@ test: setup
 
 test-fast: setup
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+flashbax-env: .venv-flashbax/.installed
+
+.venv-flashbax/.installed: scripts/flashbax-requirements.txt
+	rm -rf .venv-flashbax
+	$(PYTHON) -m venv .venv-flashbax
+	.venv-flashbax/bin/pip install -q --disable-pip-version-check -r scripts/flashbax-requirements.txt
+	touch $@

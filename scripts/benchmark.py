@@ -5,6 +5,8 @@ Workloads (as in the project's design):
            1M frames; sample batch 256, num_steps 2.
   atari:   observation u8[84,84,4], action i32, reward/discount f32, step types i32; 4 envs;
            40k frames; sample batch 32, num_steps 2.
+  flashbax: observation u8[32,32,3] (Flashbax's published CPU workload), action i32; 8 envs;
+           500k frames; sample batch 256, num_steps 2 (not run unless asked: --workloads).
 Items are TF-Agents `Trajectory`s, so TF-Agents' Reverb observer can write them.
 
 Systems: tfbuffers' TF and py uniform buffers, TF-Agents' TFUniformReplayBuffer and
@@ -18,11 +20,14 @@ reported, and ratios are tfbuffers / peer from the same run. Sampling is measure
 Python iterator, inside a learner's compiled loop, and by direct `get_next`; for the TF systems,
 the ops one in-graph sample and add run are counted too. Then --actors processes add to one
 shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
-samples each through `as_dataset`. Outputs: a markdown table, JSON and a bar chart in
+samples each through `as_dataset`. Flashbax's uniform and prioritized trajectory buffers (JAX on the
+CPU) run in a process of their own environment (--flashbax-env, made by --flashbax-setup), on the
+same workload, and join the tables. Outputs: a markdown table, JSON and a bar chart in
 --output-dir.
 
     python scripts/benchmark.py            # full: 1M frames, 5 repetitions (see docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
+    python scripts/benchmark.py --sweep    # how each local buffer's costs grow with capacity and batch size
 """
 
 from __future__ import annotations
@@ -55,7 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = _args.new_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
-    parser.add_argument("--workloads", default="control,atari", help="comma-separated: control, atari")
+    parser.add_argument(
+        "--workloads",
+        default="control,atari",
+        help="comma-separated: control, atari, flashbax (Flashbax's published one: 500k frames of uint8[32, 32, 3], "
+        "batch 256)",
+    )
     parser.add_argument(
         "--systems",
         default=None,
@@ -77,6 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actor-seconds", type=float, default=None, help="seconds each actor adds for (None: 10, quick 2)"
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="instead of the workloads: the scaling sweep, every local buffer kind's add, sample and sample + update "
+        "at capacities 10k to 10M frames and batch sizes 32 to 4096 (quick: 1k and 10k, batches 32 and 256), "
+        "written to sweep.md/.json and one log-log figure per measure",
+    )
+    parser.add_argument(
+        "--flashbax-env",
+        default=str(REPOSITORY / ".venv-flashbax"),
+        help="the virtual environment Flashbax (JAX) is measured in, in its own process (default: .venv-flashbax in "
+        "the repository); where it is missing, Flashbax is left out",
+    )
+    parser.add_argument(
+        "--flashbax-setup",
+        action="store_true",
+        help="create --flashbax-env first if it is missing, from scripts/flashbax-requirements.txt (a few minutes)",
+    )
     parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -92,7 +120,10 @@ SYSTEM_NAMES = (
 )  # fmt: skip
 
 
-WORKLOAD_NAMES = ("control", "atari")
+WORKLOAD_NAMES = ("control", "atari", "flashbax")
+# Systems measured in processes of their own environment, not in this one (`scripts/_flashbax_peer.py`).
+OUT_OF_PROCESS = ("Flashbax uniform", "Flashbax prioritized")
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 # The buffers actor processes add to (--actor-backends), each with the module it needs.
 ACTOR_BACKENDS = {"tfbuffers Reverb": "reverb", "tfbuffers Ray": "ray"}
 
@@ -107,6 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.workloads = workloads
     if args.repetitions is not None and args.repetitions < 1:
         parser.error(f"argument --repetitions: expected a positive int, got {args.repetitions}")
+    args.repetitions_given = args.repetitions is not None
     args.repetitions = args.repetitions or (2 if args.quick else 5)
     actors_text = args.actors or ("1" if args.quick else "1,2,4")
     try:
@@ -127,8 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.actor_backends = [name.strip() for name in chosen]
     if args.systems is not None:
         wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
-        if not wanted or any(name not in SYSTEM_NAMES for name in wanted):
-            parser.error(f"argument --systems: expected names among {', '.join(SYSTEM_NAMES)}, got {args.systems!r}")
+        known = SYSTEM_NAMES + OUT_OF_PROCESS
+        if not wanted or any(name not in known for name in wanted):
+            parser.error(f"argument --systems: expected names among {', '.join(known)}, got {args.systems!r}")
         args.systems = wanted
     return args
 
@@ -151,6 +184,9 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
 from tfbuffers import files, specs  # noqa: E402
+
+# isort: split
+import _sweep  # noqa: E402
 
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
@@ -180,10 +216,10 @@ OURS = {
 }
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
-    "tfbuffers TF": ("TF-Agents Reverb", "numpy limit", "bare tf.Variable", "tf.data ceiling"),
-    "tfbuffers py": ("TF-Agents Reverb", "cpprb uniform", "numpy limit", "tf.data ceiling"),
-    "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER"),
-    "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform"),
+    "tfbuffers TF": ("TF-Agents Reverb", "numpy limit", "bare tf.Variable", "tf.data ceiling", "Flashbax uniform"),
+    "tfbuffers py": ("TF-Agents Reverb", "cpprb uniform", "numpy limit", "tf.data ceiling", "Flashbax uniform"),
+    "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER", "Flashbax prioritized"),
+    "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform", "Flashbax prioritized"),
     "tfbuffers Reverb": ("tfbuffers py",),
     "tfbuffers TF episodes": (),
     "tfbuffers py episodes": (),
@@ -240,8 +276,12 @@ class Workload:
 WORKLOADS = {
     "control": Workload("control", tf.TensorSpec([17], tf.float32), tf.TensorSpec([6], tf.float32), 8, 1_000_000, 256),
     "atari": Workload("atari", tf.TensorSpec([84, 84, 4], tf.uint8), tf.TensorSpec([], tf.int32), 4, 40_000, 32),
+    # The workload Flashbax publishes its CPU sampling times on: 500k items, batch 256, uint8[32, 32, 3].
+    "flashbax": Workload(
+        "flashbax", tf.TensorSpec([32, 32, 3], tf.uint8), tf.TensorSpec([], tf.int32), 8, 500_000, 256
+    ),
 }
-QUICK_FRAMES = {"control": 16_000, "atari": 2_000}
+QUICK_FRAMES = {"control": 16_000, "atari": 2_000, "flashbax": 16_000}
 
 
 def numpy_batches(workload: Workload, count: int, seed: int = 0) -> list[Any]:
@@ -1449,11 +1489,7 @@ def run_workload(
     del systems
     gc.collect()
     summary = {
-        measure: {
-            name: {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
-            for name, values in by_system.items()
-            if values
-        }
+        measure: {name: summarize(values) for name, values in by_system.items() if values}
         for measure, by_system in samples.items()
     }
     return {
@@ -1589,9 +1625,10 @@ def plot(results: dict[str, Any], path: pathlib.Path) -> None:
     import matplotlib.ticker
 
     measures = [m for m in MEASURES if m not in ("save", "load")]
-    names = [name for name in SYSTEM_NAMES if name in results["systems"]]
-    palette = [plt.get_cmap("tab20")(i) for i in range(20)]
-    colours = {name: palette[i % len(palette)] for i, name in enumerate(SYSTEM_NAMES)}
+    everyone = SYSTEM_NAMES + OUT_OF_PROCESS
+    names = [name for name in everyone if name in results["systems"]]
+    palette = [plt.get_cmap("tab20")(i) for i in range(20)] + [plt.get_cmap("tab20b")(i) for i in range(20)]
+    colours = {name: palette[i % len(palette)] for i, name in enumerate(everyone)}
     workloads = list(results["workloads"].items())
     shown = [
         [m for m in measures if any(result["measures"].get(m, {}).get(name) for name in names)]
@@ -1695,9 +1732,89 @@ def actor_table(actors: dict[str, Any]) -> list[str]:
 # The systems by name, in SYSTEMS' order: what --systems accepts, known before TensorFlow is imported.
 
 
+FLASHBAX_REQUIREMENTS = SCRIPTS / "flashbax-requirements.txt"
+FLASHBAX_CALLS = 200  # calls per timed run of each Flashbax measure (quick: a tenth)
+
+
+def flashbax_python(env: pathlib.Path, setup: bool) -> tuple[pathlib.Path | None, str]:
+    """The interpreter of the Flashbax environment `env`, made first if `setup`; or None and why it is left out."""
+    python = env / "bin" / "python"
+    if not python.exists() and setup:
+        print(f"Creating the Flashbax environment {env} from {FLASHBAX_REQUIREMENTS.name} (a few minutes) ...")
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(FLASHBAX_REQUIREMENTS)], check=True)
+    if not python.exists():
+        return None, f"needs its own environment {env}, not made here (--flashbax-setup makes it)"
+    found = subprocess.run([str(python), "-c", "import flashbax"], capture_output=True, text=True)
+    if found.returncode:
+        return None, f"flashbax does not import in {env}: {found.stderr.strip().splitlines()[-1]}"
+    return python, ""
+
+
+def flashbax_rates(python: pathlib.Path, workload: Workload, repetitions: int, quick: bool) -> dict[str, Any]:
+    """Flashbax's buffers measured on `workload` by `scripts/_flashbax_peer.py` under `python`: rates by system."""
+    fields = [
+        {"name": field.path, "shape": field.spec.shape.as_list(), "dtype": field.spec.dtype.name}
+        for field in specs.flatten_spec(workload.spec)
+    ]
+    request = dataclasses.asdict(workload) | {"fields": fields, "repetitions": repetitions}
+    request |= {"calls": FLASHBAX_CALLS // 10 if quick else FLASHBAX_CALLS}
+    for key in ("observation", "action"):
+        del request[key]
+    done = subprocess.run(
+        [str(python), str(SCRIPTS / "_flashbax_peer.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    if done.returncode:
+        raise RuntimeError(f"the Flashbax process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    """A measure's runs as the tables show them: median, range, count."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
+
+
+def sweep(args: argparse.Namespace, command: str, output_dir: pathlib.Path) -> int:
+    """Runs the scaling sweep (`scripts/_sweep.py`) and writes its table, JSON and figures."""
+    available = {cls.name for cls in available_systems()[0]}
+    kinds = [kind for kind in _sweep.KINDS if kind in available and (args.systems is None or kind in args.systems)]
+    if not kinds:
+        print(f"--sweep: none of its kinds ({', '.join(_sweep.KINDS)}) among --systems {args.systems!r}")
+        return 2
+    repetitions = args.repetitions if args.repetitions_given else (1 if args.quick else 3)
+
+    def progress(total: int) -> Any:
+        return tqdm(total=total, unit="buffer", disable=args.no_progress)
+
+    started = time.perf_counter()
+    points = _sweep.run(sys.modules[__name__], kinds, args.quick, repetitions, progress)
+    seconds = time.perf_counter() - started
+    table = _sweep.markdown(points)
+    head = f"{command}\n\n{machine()}; {seconds:.0f} s, {repetitions} repetitions a point\n\n"
+    (output_dir / "sweep.md").write_text(head + table)
+    data = {"command": command, "machine": machine(), "seconds": seconds, "repetitions": repetitions}
+    data |= {"points": [dataclasses.asdict(p) for p in points], "growth": _sweep.growth(points)}
+    (output_dir / "sweep.json").write_text(json.dumps(data, indent=2) + "\n")
+    figures = _sweep.plot(
+        points, lambda measure: output_dir / f"sweep_{measure.replace(' + ', '_').replace(' ', '_')}.png"
+    )
+    print(table)
+    print(f"{seconds:.0f} s. Outputs in {output_dir}/: sweep.md, sweep.json, " + ", ".join(f.name for f in figures))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and writes its outputs."""
     args = parse_args(argv)
+    if args.sweep:
+        output_dir = pathlib.Path(args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        command = " ".join(["python", "scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
+        return sweep(args, command, output_dir)
     repetitions, actor_counts, actor_seconds = args.repetitions, args.actors, args.actor_seconds
     output_dir = pathlib.Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -1712,6 +1829,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.systems is not None:
         classes = [cls for cls in classes if cls.name in args.systems]
     results["systems"] = [cls.name for cls in classes]
+    flashbax = [name for name in OUT_OF_PROCESS if args.systems is None or name in args.systems]
+    python, why = flashbax_python(pathlib.Path(args.flashbax_env), args.flashbax_setup) if flashbax else (None, "")
+    if python is None:
+        left_out |= {name: why for name in flashbax}
+    else:
+        results["systems"] += flashbax
     results["left_out"] = left_out
     for name, reason in left_out.items():
         print(f"Left out {name}: {reason}.")
@@ -1721,6 +1844,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
+        if python is not None:
+            peer = flashbax_rates(python, workload, repetitions, args.quick)
+            results["workloads"][name]["flashbax_jax"] = peer["jax"]
+            for system in flashbax:
+                for measure, values in peer["rates"][system].items():
+                    results["workloads"][name]["measures"][measure][system] = summarize(values)
         backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
         if actor_counts and backends:
             rates = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import pathlib
 import sys
@@ -324,13 +325,80 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
     assert result.train_steps == 50
 
 
+FLASHBAX_ENV = pathlib.Path(__file__).resolve().parent.parent / ".venv-flashbax"
+
+
+@pytest.mark.skipif(not (FLASHBAX_ENV / "bin" / "python").exists(), reason="make flashbax-env makes .venv-flashbax")
+def test_the_benchmark_measures_flashbax_in_its_own_env(tmp_path):
+    """Flashbax (JAX) in a process of its own environment, on its published workload, beside tfbuffers and cpprb."""
+    systems = "tfbuffers py prioritized,cpprb PER,Flashbax uniform,Flashbax prioritized"
+    argv = ["--quick", "--workloads", "flashbax", "--systems", systems, "--actors", "0", "--repetitions", "2"]
+    assert benchmark.main([*argv, "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    present = {"tfbuffers py prioritized", "Flashbax uniform", "Flashbax prioritized"}
+    present |= {"cpprb PER"} if importlib.util.find_spec("cpprb") else set()  # wheels up to Python 3.12
+    assert set(results["systems"]) == present
+    (result,) = results["workloads"].values()
+    assert result["workload"]["name"] == "flashbax" and result["workload"]["frames"] == 16_000
+    assert result["workload"]["payload_bytes"] == 32 * 32 * 3 + 4 * 5  # uint8[32, 32, 3]; action, reward, ...
+    assert result["flashbax_jax"] == "0.4.38"  # scripts/flashbax-requirements.txt's
+    measures = result["measures"]
+    assert {"Flashbax uniform", "Flashbax prioritized"} <= set(measures["add_eager"]) & set(measures["get_next"])
+    assert "Flashbax prioritized" in measures["sample_update"] and "Flashbax uniform" not in measures["sample_update"]
+    assert all(measures[m][name]["runs"] == 2 for m in ("get_next", "add_eager") for name in present)
+    assert "tfbuffers py prioritized / Flashbax prioritized" in result["ratios"]["sample_update"]
+    assert (
+        "| sample + update_priorities, direct (frames/s) | tfbuffers py prioritized / Flashbax prioritized |"
+        in (tmp_path / "results.md").read_text()
+    )
+
+
+def test_the_quick_sweep_measures_every_local_kind_at_every_point(tmp_path):
+    """`--sweep --quick`: every kind's add, sample (and sample + update) at each capacity and batch; no timing."""
+    argv = ["--sweep", "--quick", "--repetitions", "2", "--output-dir", str(tmp_path), "--no-progress"]
+    assert benchmark.main(argv) == 0
+    sweep = benchmark._sweep
+    results = json.loads((tmp_path / "sweep.json").read_text())
+    points = {(p["kind"], p["measure"], p["capacity"], p["batch"]): p["seconds"] for p in results["points"]}
+    expected = set()
+    for kind in sweep.KINDS:
+        measures = ["sample", "sample + update"] if "prioritized" in kind else ["sample"]
+        for capacity in sweep.QUICK_CAPACITIES:
+            expected.add((kind, "add", capacity, 8))
+            expected |= {(kind, measure, capacity, sweep.CAPACITY_BATCH) for measure in measures}
+        expected |= {(kind, m, sweep.QUICK_BATCH_CAPACITY, b) for m in measures for b in sweep.QUICK_BATCH_SIZES}
+    assert set(points) == expected
+    assert all(len(seconds) == 2 and min(seconds) > 0 for seconds in points.values())
+    assert [(row["measure"], row["kind"]) for row in results["growth"]] == [
+        key for key in itertools.product(sweep.MEASURES, sweep.KINDS) if key in sweep.EXPECTED
+    ]
+    for name in ("sweep_add.png", "sweep_sample.png", "sweep_sample_update.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| sample + update | tfbuffers py prioritized | O(log n) |" in (tmp_path / "sweep.md").read_text()
+
+
+def test_the_sweep_fits_the_growth_it_reports():
+    sweep = benchmark._sweep
+    assert sweep.slope([1e4, 1e5, 1e6], [2.0, 20.0, 200.0]) == pytest.approx(1.0, abs=1e-12)
+    # A cost growing as log2(capacity): the ratio of its ends is the ratio of the logs, whatever the base.
+    points = [sweep.Point("tfbuffers py prioritized", "sample", n, 256, [np.log2(n) * 1e-6]) for n in (10_000, 10**7)]
+    points.append(sweep.Point("tfbuffers py prioritized", "sample", 10**7, 32, [1.0]))  # off the capacity line
+    (row,) = sweep.growth(points)
+    assert row["ratio"] == pytest.approx(np.log(1e7) / np.log(1e4), rel=1e-12) == pytest.approx(row["log_ratio"])
+    assert row["expected"] == "O(log n)" and row["first"] == (10_000, np.log2(10_000) * 1e-6)
+
+
 def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     """A smoke run: it completes and writes what it should. Timings are never asserted."""
-    assert benchmark.main(["--quick", "--repetitions", "1", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    missing = tmp_path / "no-flashbax"  # Flashbax's own run: test_the_benchmark_measures_flashbax_in_its_own_env
+    argv = ["--quick", "--repetitions", "1", "--output-dir", str(tmp_path), "--no-progress"]
+    assert benchmark.main([*argv, "--flashbax-env", str(missing)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["workloads"]) == {"control", "atari"}
     classes, left_out = benchmark.available_systems()  # all of them on the pinned stack; no Reverb past 3.11
     systems = {cls.name for cls in classes}
+    why = f"needs its own environment {missing}, not made here (--flashbax-setup makes it)"
+    left_out |= {name: why for name in benchmark.OUT_OF_PROCESS}
     assert results["systems"] == [cls.name for cls in classes] and results["left_out"] == left_out
     episodes = {"tfbuffers TF episodes", "tfbuffers TF prioritized episodes"}
     actor_backends = [name for name, module in benchmark.ACTOR_BACKENDS.items() if importlib.util.find_spec(module)]

@@ -145,3 +145,32 @@ def test_the_numpy_fast_path_takes_only_what_check_batch_passes_unchanged():
     ]
     for items in others:
         assert fast.leaves(items) is None
+
+
+_Pair = collections.namedtuple("_Pair", "second first")
+
+
+@pytest.mark.parametrize(
+    "structure",
+    [
+        tf.TensorSpec([2]),
+        {
+            "z": tf.TensorSpec([2]),
+            "a": [tf.TensorSpec([]), _Pair(tf.TensorSpec([]), {"y": tf.TensorSpec([]), "x": ()})],
+        },
+        (tf.TensorSpec([]), [], {}, (tf.TensorSpec([1]),)),
+        collections.OrderedDict(b=tf.TensorSpec([]), a=tf.TensorSpec([])),  # packed by tf.nest itself
+        {"outer": collections.OrderedDict(b=tf.TensorSpec([]), a=tf.TensorSpec([]))},
+    ],
+)
+def test_a_planned_packer_builds_what_tf_nest_builds(structure):
+    leaves = [np.full([1], i) for i in range(len(tf.nest.flatten(structure)))]
+    packed, expected = specs.packer(structure)(leaves), tf.nest.pack_sequence_as(structure, leaves)
+    tf.nest.assert_same_structure(packed, expected)
+    assert type(packed) is type(expected)
+    assert repr(packed) == repr(expected)  # the same containers, keys in the same order, the same leaves
+    with pytest.raises(ValueError) as expected_error:
+        tf.nest.pack_sequence_as(structure, leaves + [np.zeros(1)])
+    with pytest.raises(ValueError) as error:
+        specs.packer(structure)(leaves + [np.zeros(1)])  # one leaf too many: tf.nest's own error
+    assert str(error.value) == str(expected_error.value)

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfbuffers import _sum_tree as st
+from tfbuffers import _tree_kernels
+
+
+@pytest.fixture(params=["compiled", "steps"])
+def numpy_path(request, monkeypatch):
+    """The numpy tree's functions through numba's compiled loops, then through the vectorised numpy steps."""
+    kernels = _tree_kernels.KERNELS if request.param == "compiled" else None
+    if request.param == "compiled":
+        assert kernels is not None, "numba is a dependency of tfbuffers: its loops must load"
+    monkeypatch.setattr(st, "_COMPILED", [kernels])
+    return request.param
 
 
 def random_leaves(rng, capacity, zeros=0.3):
@@ -44,7 +58,7 @@ def test_leaf_count_and_depth(capacity):
 
 
 @pytest.mark.parametrize("capacity", [1, 5, 64, 1000])
-def test_batched_updates_give_the_tree_a_bottom_up_build_gives(capacity):
+def test_batched_updates_give_the_tree_a_bottom_up_build_gives(capacity, numpy_path):
     rng = np.random.default_rng(capacity)
     tree, leaves = st.empty(capacity), np.zeros(capacity)
     for _ in range(50):
@@ -129,7 +143,7 @@ def test_draws_follow_the_leaves_proportionally():
     assert chi2 < dof + 5 * math.sqrt(2 * dof)  # fixed seed: the statistic is a fixed number
 
 
-def test_a_long_run_accumulates_no_rounding_error():
+def test_a_long_run_accumulates_no_rounding_error(numpy_path):
     # 100,000 updates of 64 leaves each: the tree equals the tree built from the final leaves, bit for bit.
     rng = np.random.default_rng(2)
     capacity = 4096
@@ -144,7 +158,7 @@ def test_a_long_run_accumulates_no_rounding_error():
 
 
 @pytest.mark.parametrize("in_function", [False, True])
-def test_the_tensorflow_tree_matches_numpys(in_function):
+def test_the_tensorflow_tree_matches_numpys(in_function, numpy_path):
     rng = np.random.default_rng(3)
     capacity = 300
     tree = st.empty(capacity)
@@ -177,7 +191,7 @@ def test_the_tensorflow_tree_matches_numpys(in_function):
         assert [float(x) for x in total] == [float(x) for x in expected_total]
 
 
-def test_leaves_set_alone_then_ancestors_recomputed_give_the_built_tree():
+def test_leaves_set_alone_then_ancestors_recomputed_give_the_built_tree(numpy_path):
     rng = np.random.default_rng(4)
     capacity = 96
     tree, leaves = st.empty(capacity), np.zeros(capacity)
@@ -235,9 +249,12 @@ STEPPINGS = [(0, 1), (1, 3), (2, 4), (3, 2), (12, 4)]
 def few_step_finder(kind, tree, capacity, top_level, levels_per_step):
     """`find_numpy` on `tree`, or `find_wide` on a variable holding it (compiled): targets in, leaves out."""
     if kind == "numpy":
-        return lambda targets: st.find_numpy(
+        return lambda targets: st.find_steps(
             tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step
         )
+    if kind == "compiled":  # one compiled descent, level by level, whatever the stepping
+        assert st.compiled() is not None
+        return lambda targets: st.find_numpy(tree, capacity, targets)
     variable = tf.Variable(tree)
     found = tf.function(
         lambda targets: st.find_wide(variable, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
@@ -245,7 +262,7 @@ def few_step_finder(kind, tree, capacity, top_level, levels_per_step):
     return lambda targets: found(tf.constant(targets, tf.float64)).numpy()
 
 
-@pytest.mark.parametrize("kind", ["numpy", "tensorflow"])  # the numpy buffer's descent, the TF buffer's
+@pytest.mark.parametrize("kind", ["compiled", "numpy", "tensorflow"])  # the numpy buffer's descents, the TF buffer's
 @pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
 @pytest.mark.parametrize("capacity", [1, 2, 6, 64, 777, 5000])
 def test_the_few_step_descents_land_where_the_cumulative_sum_says(kind, capacity, top_level, levels_per_step):
@@ -267,14 +284,18 @@ def test_the_few_step_descents_land_where_the_cumulative_sum_says(kind, capacity
         ]
 
 
-@pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
+@pytest.mark.parametrize(("top_level", "levels_per_step"), [*STEPPINGS, ("compiled", None)])
 def test_the_few_call_descent_never_reaches_a_zero_leaf_whatever_the_rounding(top_level, levels_per_step):
     rng = np.random.default_rng(6)
     capacity = 20_000
     leaves = np.where(rng.random(capacity) < 0.5, 0.0, 10.0 ** rng.uniform(-300, 300, capacity))
     tree = st.build(leaves, capacity)
     targets = np.concatenate([rng.random(5000), np.linspace(0, 1, 1001)]) * tree[1, st.SUM]
-    found = st.find_numpy(tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
+    if top_level == "compiled":
+        assert _tree_kernels.KERNELS is not None
+        found = st.find_numpy(tree, capacity, targets)
+    else:
+        found = st.find_steps(tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
     assert (leaves[found] > 0).all()
     # The largest leaves hold all the weight there: each target lands on the leaf whose interval holds it.
     np.testing.assert_array_equal(found, np.searchsorted(np.cumsum(leaves), targets, side="right"))
@@ -318,7 +339,7 @@ def test_the_few_op_tensorflow_descent_stays_within_a_tree_with_no_leaf_above_0(
     ("masked_weight", "redraws"),
     [(1.0, 2), (1e6, 2), (1e6, 0)],  # the mask holding little, or nearly all, of the weight; no redraws at all
 )
-def test_draws_with_a_mask_follow_the_unmasked_leaves_proportionally(monkeypatch, masked_weight, redraws):
+def test_draws_with_a_mask_follow_the_unmasked_leaves_proportionally(monkeypatch, numpy_path, masked_weight, redraws):
     # Draws landing in the mask are drawn again, then (rounds spent) found by the masked descent:
     # either way only unmasked leaves, in their proportions.
     monkeypatch.setattr(st, "_REDRAWS", redraws)
@@ -343,7 +364,7 @@ def test_draws_with_a_mask_follow_the_unmasked_leaves_proportionally(monkeypatch
     assert chi2 < dof + 5 * math.sqrt(2 * dof)  # fixed seed: the statistic is a fixed number
 
 
-def test_many_leaves_recomputed_at_once_give_the_built_tree():
+def test_many_leaves_recomputed_at_once_give_the_built_tree(numpy_path):
     # A refresh of many adds: above 4096 listed nodes each level's nodes are made distinct first.
     rng = np.random.default_rng(8)
     capacity = 1 << 15
@@ -354,3 +375,20 @@ def test_many_leaves_recomputed_at_once_give_the_built_tree():
     leaves[index] = values
     st.recompute_ancestors_numpy(tree, capacity, np.concatenate([index, index[:100]]))
     np.testing.assert_array_equal(tree, st.build(leaves, capacity))
+
+
+def test_numba_is_used_unless_switched_off():
+    # numba is a dependency: its loops load. TFBUFFERS_NUMBA=0 gives the numpy steps (what users get where
+    # numba does not import), and the buffers draw the same way through either.
+    probe = "from tfbuffers import _sum_tree; print(_sum_tree.compiled() is not None)"
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, _tree_kernels.ENVIRONMENT_VARIABLE: value},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[-1]
+        for value in ("1", "0")
+    ]
+    assert outputs == ["True", "False"]

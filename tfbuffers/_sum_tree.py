@@ -46,6 +46,17 @@ import tensorflow as tf
 
 SUM, POSITIVE = 0, 1
 
+_COMPILED: list[Any] = []  # the compiled loops, once looked up: [kernels or None]
+
+
+def compiled() -> Any:
+    """`tfbuffers._tree_kernels.KERNELS`: the compiled loops, or None (no numba); imported on first use."""
+    if not _COMPILED:
+        from tfbuffers import _tree_kernels
+
+        _COMPILED.append(_tree_kernels.KERNELS)
+    return _COMPILED[0]
+
 
 def leaf_count(capacity: int) -> int:
     """P: `capacity` rounded up to a power of two (at least 1)."""
@@ -216,8 +227,14 @@ def update_numpy(
     """
     if not distinct:
         leaves, values = NUMPY.last_of_each(leaves, values)
-    set_leaves_numpy(tree, capacity, leaves, values)
-    recompute_ancestors_numpy(tree, capacity, leaves)
+    kernels = compiled()
+    if kernels is None:
+        set_leaves_numpy(tree, capacity, leaves, values)
+        recompute_steps(tree, capacity, leaves)
+    else:
+        kernels[2](
+            tree, depth(capacity), np.ascontiguousarray(leaves, np.int64), np.ascontiguousarray(values, np.float64)
+        )
 
 
 def set_leaves_numpy(tree: np.ndarray, capacity: int, leaves: Any, values: np.ndarray) -> None:
@@ -232,7 +249,16 @@ def set_leaves_numpy(tree: np.ndarray, capacity: int, leaves: Any, values: np.nd
 
 
 def recompute_ancestors_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarray) -> None:
-    """Recomputes every ancestor of `leaves` from its two children, level by level, in place.
+    """Recomputes every ancestor of `leaves` from its two children, in place: compiled, or `recompute_steps`."""
+    kernels = compiled()
+    if kernels is None:
+        recompute_steps(tree, capacity, leaves)
+    else:
+        kernels[1](tree, depth(capacity), np.ascontiguousarray(leaves, np.int64))
+
+
+def recompute_steps(tree: np.ndarray, capacity: int, leaves: np.ndarray) -> None:
+    """`recompute_ancestors_numpy` in vectorised numpy steps, level by level.
 
     Levels with many nodes recompute the listed ones; once a level has few nodes beside the
     list, it and every level above are recomputed whole, from contiguous slices (cheaper per node).
@@ -263,7 +289,22 @@ _LEVELS_PER_STEP = 4
 _REDRAWS = 2
 
 
-def find_numpy(
+def find_numpy(tree: np.ndarray, capacity: int, targets: np.ndarray) -> np.ndarray:
+    """`find` with no mask, in numpy: `targets` (float64, 1-D) each in `[0, root sum)`; compiled, or `find_steps`.
+
+    Both end each draw on a leaf above 0 whatever the rounding of the sums. They take the
+    same leaf for a target, but where the sums' rounding puts a target on the edge between
+    two leaves (within about 1e-15 of the root's sum).
+    """
+    kernels = compiled()
+    if kernels is None:
+        return find_steps(tree, capacity, targets)
+    leaves = np.empty(targets.size, np.int64)
+    kernels[0](tree, depth(capacity), np.ascontiguousarray(targets, np.float64), leaves)
+    return leaves
+
+
+def find_steps(
     tree: np.ndarray,
     capacity: int,
     targets: np.ndarray,
@@ -271,7 +312,7 @@ def find_numpy(
     top_level: int = _TOP_LEVEL,
     levels_per_step: int = _LEVELS_PER_STEP,
 ) -> np.ndarray:
-    """`find` with no mask, in numpy, in few calls: `targets` (float64, 1-D) each in `[0, root sum)`.
+    """`find_numpy` in few vectorised numpy calls.
 
     The first step takes the running sum of every node `top_level` levels down
     and a `searchsorted` into it; each later step, the running sums of the

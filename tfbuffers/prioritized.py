@@ -73,6 +73,7 @@ class HostPriorities:
         self._stale = np.zeros(max_length, np.int64)
         self._stale_count = 0
         self._largest_changed(float(self.largest))
+        _sum_tree.compiled()  # the tree's compiled loops loaded now, not in the first draw
 
     def added(self, first_row: int) -> None:
         """The block of `batch_size` rows from `first_row` was just written: its frames get the largest priority."""

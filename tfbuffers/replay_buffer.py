@@ -199,6 +199,8 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         self._fields = tuple(specs.flatten_spec(data_spec))
         self._data_spec = data_spec
         self._dataset_structure = _tuples_for_lists(data_spec)
+        # Planned from the spec as given (attributes of a tf.Module hold dicts and lists in wrappers).
+        self._packers = (specs.packer(data_spec), specs.packer(_tuples_for_lists(data_spec)))
         self._capacity = capacity
         self._stateful_dataset = stateful_dataset
         self._fast_path: specs.NumpyFastPath | None = None
@@ -424,10 +426,10 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         return num_steps
 
     def _pack(self, leaves: Sequence[Any]) -> Any:
-        return specs.pack(self._data_spec, leaves)
+        return self._packers[0](leaves)
 
     def _pack_for_dataset(self, leaves: Sequence[Any]) -> Any:
-        return specs.pack(self._dataset_structure, leaves)
+        return self._packers[1](leaves)
 
     # Hooks.
 
