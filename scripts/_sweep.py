@@ -101,7 +101,7 @@ class _Measured:
         workload = dataclasses.replace(benchmark.WORKLOADS["control"], frames=capacity)
         self.workload = workload
         self.system = next(cls for cls in benchmark.available_systems()[0] if cls.name == kind)(workload)
-        self.buffer = getattr(self.system, "buffer", None)  # none in the numpy reference
+        self.buffer: Any = getattr(self.system, "buffer", None)  # none in the numpy reference
         self.graph = "TF" in kind
         self.reference = kind == "numpy limit"
         self.prioritized = "prioritized" in kind
