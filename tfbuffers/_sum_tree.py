@@ -24,10 +24,14 @@ leaves below each node from its sum and count. It steps into a child only if
 that child has an unmasked positive leaf, counted exactly, so whatever the float
 rounding of the sums, a draw always ends on an unmasked leaf above 0.
 
-In numpy each call costs a microsecond or more whatever its size, so
-`draw_numpy` takes fewer, larger steps: one running sum over a whole level near
+The numpy buffers run the descent and the recomputation of ancestors in numba's
+compiled loops (`tfbuffers._tree_kernels`: `find_numpy`, `update_numpy`,
+`recompute_ancestors_numpy`), one call each for a whole batch. Where numba does not
+import, they take vectorised numpy steps (`find_steps`, `recompute_steps`). In numpy
+each call costs a microsecond or more whatever its size, so `find_steps` takes fewer,
+larger steps: one running sum over a whole level near
 the top (4096 nodes) and a `searchsorted` into it, then steps of 16 descendants
-(four levels) per call. It draws from the whole tree and draws again the few
+(four levels) per call. `draw_numpy` draws from the whole tree and draws again the few
 draws that land in the mask (rejection: the kept draws follow the unmasked
 leaves' proportions exactly), leaving any still masked after that to `find`.
 In TensorFlow each op costs about a microsecond whatever its size, and `find`

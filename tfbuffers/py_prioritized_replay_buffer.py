@@ -29,8 +29,9 @@ class PyPrioritizedReplayBuffer(PrioritizedBinding, PyUniformReplayBuffer):
     `BufferInfo.probabilities`.
 
     The priorities live in a sum tree beside the rows (`tfbuffers._sum_tree`): a
-    sample of `n` windows and an update of `n` priorities each cost
-    `log2(capacity)` vectorised numpy steps. Everything else is the uniform
+    sample of `n` windows and an update of `n` priorities each visit `n *
+    log2(capacity)` nodes, in one call of a loop compiled by numba (or, where numba
+    does not import, in `log2(capacity)` vectorised numpy steps). Everything else is the uniform
     buffer's: `add_batch`, `gather_all`, `clear`, the deterministic pass (it
     ignores priorities), `tf.function`, checkpoints and `tfbuffers.files` (both
     save the priorities too, and restore them exactly).
