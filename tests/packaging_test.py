@@ -1,7 +1,7 @@
 """The package as users install it: the wheel and the sdist built from this checkout, the core in a fresh venv.
 
-The fresh environment gets the wheel with `pip install --no-deps --no-index` and, for its two dependencies
-(tensorflow and numpy), exactly the distributions that pip would resolve for them: their dependency closure,
+The fresh environment gets the wheel with `pip install --no-deps --no-index` and, for its three dependencies
+(tensorflow, numpy and numba), exactly the distributions that pip would resolve for them: their dependency closure,
 taken from this environment and linked into a directory that the venv reads. Nothing is downloaded, and the
 extras' packages (safetensors, tf-agents, Reverb, gymnasium, ...) are absent there, as after `pip install tfbuffers`.
 """
@@ -63,7 +63,7 @@ def test_the_wheel_and_sdist_carry_the_license_the_typing_marker_and_the_classif
         assert f"Programming Language :: Python :: {version}" in classifiers
     assert "License :: OSI Approved :: Apache Software License" in classifiers
     core = [requirement for requirement in metadata.get_all("Requires-Dist") if "extra ==" not in requirement]
-    assert sorted(Requirement(requirement).name for requirement in core) == ["numpy", "tensorflow"]
+    assert sorted(Requirement(requirement).name for requirement in core) == ["numba", "numpy", "tensorflow"]
     # Extra names that the pip of Python 3.12's venv matches (it compares them unnormalized).
     assert sorted(metadata.get_all("Provides-Extra")) == [
         "agents", "all", "dev", "files", "gymnasium", "ray", "reverb", "scripts", "test"
@@ -147,6 +147,14 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
                   bool(np.all(windows[:, 1] - windows[:, 0] == 1)))
             path = buffer.save({str(tmp_path)!r} + "/" + kind.__name__ + ".safetensors")
             print("loaded", np.asarray(tfbuffers.load(path).gather_all()["step"]).tolist())
+        from tfbuffers import _sum_tree
+        buffer = tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=1, max_length=4, priority_exponent=1.0)
+        for step in range(4):
+            buffer.add_batch({{"step": np.array([step])}})
+        buffer.update_priorities(np.arange(4), np.array([0.0, 1.0, 3.0, 0.0]))
+        items, info = buffer.get_next(sample_batch_size=100)
+        print("prioritized, compiled:", _sum_tree.compiled() is not None, sorted(set(items["step"].tolist())),
+              sorted(set(info.probabilities.tolist())))
         try:
             tfbuffers.RayReplayBuffer(spec, capacity=4)
         except ImportError as error:
@@ -162,6 +170,7 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
         "loaded [[1, 2, 3], [101, 102, 103]]",
         "PyUniformReplayBuffer [[1, 2, 3], [101, 102, 103]] (5, 2) True",
         "loaded [[1, 2, 3], [101, 102, 103]]",
+        "prioritized, compiled: True [1, 2] [0.25, 0.75]",
         "Install the extra: pip install 'tfbuffers[ray]'",
     ]
 
