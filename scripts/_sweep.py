@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 CAPACITIES = (10_000, 100_000, 1_000_000, 10_000_000)
 BATCH_SIZES = (32, 128, 512, 2048, 4096)
@@ -117,11 +116,13 @@ class _Measured:
             return [self.system.add_graph(calls) / calls for _ in range(repetitions)]
         return _timed(lambda: [self.system.add(self.batch) for _ in range(calls)], calls, repetitions)
 
-    def _graph_loop(self, batch: int, update: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+    def _graph_loop(self, batch: int, update: bool) -> Callable[[Any], Any]:
+        import tensorflow as tf  # here: the benchmark checks its arguments with this module before TF is imported
+
         priorities = tf.constant(self.priorities[:batch])
 
         @tf.function(autograph=True)
-        def loop(calls: tf.Tensor) -> tf.Tensor:
+        def loop(calls: Any) -> Any:
             total = tf.constant(0, tf.int64)
             for _ in tf.range(calls):
                 _, info = self.buffer.get_next(batch, 2)
@@ -140,7 +141,7 @@ class _Measured:
             return [self.system.get_next(calls) / calls for _ in range(repetitions)]
         if self.graph:
             loop = self._graph_loop(batch, update)
-            return _timed(lambda: loop(tf.constant(calls)).numpy(), calls, repetitions)
+            return _timed(lambda: loop(np.int64(calls)).numpy(), calls, repetitions)
         priorities = self.priorities[:batch]
 
         def run() -> None:

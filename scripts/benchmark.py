@@ -54,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
+import _sweep  # noqa: E402 (no TensorFlow at import: the arguments are checked with its names first)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not wanted or any(name not in known for name in wanted):
             parser.error(f"argument --systems: expected names among {', '.join(known)}, got {args.systems!r}")
         args.systems = wanted
+        if args.sweep and not set(wanted) & set(_sweep.KINDS):
+            parser.error(f"argument --systems: --sweep measures {', '.join(_sweep.KINDS)}, got {','.join(wanted)!r}")
     return args
 
 
@@ -184,9 +187,6 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
 from tfbuffers import files, specs  # noqa: E402
-
-# isort: split
-import _sweep  # noqa: E402
 
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
@@ -1782,9 +1782,6 @@ def sweep(args: argparse.Namespace, command: str, output_dir: pathlib.Path) -> i
     """Runs the scaling sweep (`scripts/_sweep.py`) and writes its table, JSON and figures."""
     available = {cls.name for cls in available_systems()[0]}
     kinds = [kind for kind in _sweep.KINDS if kind in available and (args.systems is None or kind in args.systems)]
-    if not kinds:
-        print(f"--sweep: none of its kinds ({', '.join(_sweep.KINDS)}) among --systems {args.systems!r}")
-        return 2
     repetitions = args.repetitions if args.repetitions_given else (1 if args.quick else 3)
 
     def progress(total: int) -> Any:

@@ -670,7 +670,10 @@ BAD_ARGUMENTS = {
         ["--buffer-name", "b", "--capacity", "1", "--num-envs", "2"],
         "argument --capacity: expected at least",
     ),
-    "benchmark": (["--workloads", "mujoco"], "argument --workloads: expected names among control, atari, got"),
+    "benchmark": (
+        ["--workloads", "mujoco"],
+        "argument --workloads: expected names among control, atari, flashbax, got 'mujoco'",
+    ),
     "soak": (["--minutes", "x"], "argument --minutes: invalid float value: 'x'"),
     "tf_agents_examples": (["--timeout", "0"], "--timeout: expected a positive number of seconds, got 0"),
     "replay_server": (["--port", "0"], "argument --port: expected a positive int, got 0"),
@@ -813,6 +816,11 @@ def test_the_scripts_know_the_buffer_kinds_and_samplers_before_importing_tfbuffe
             ["--actor-backends", "tfbuffers Ray,kafka"],
             "argument --actor-backends: expected names among tfbuffers Reverb, tfbuffers Ray, got "
             "'tfbuffers Ray,kafka'",
+        ),
+        (
+            ["--sweep", "--systems", "cpprb PER,Flashbax prioritized"],
+            "argument --systems: --sweep measures tfbuffers TF, tfbuffers py, tfbuffers TF prioritized, "
+            "tfbuffers py prioritized, numpy limit, got 'cpprb PER,Flashbax prioritized'",
         ),
     ],
 )
