@@ -162,7 +162,7 @@ def test_the_tensorflow_tree_matches_numpys(in_function, numpy_path):
     rng = np.random.default_rng(3)
     capacity = 300
     tree = st.empty(capacity)
-    variable = tf.Variable(tree)
+    variable = tf.Variable(st.blocked(tree, capacity))
 
     def update(index, values):
         st.update_variable(variable, capacity, index, values)
@@ -180,7 +180,7 @@ def test_the_tensorflow_tree_matches_numpys(in_function, numpy_path):
         values = random_leaves(rng, 50)
         update(tf.constant(index), tf.constant(values))
         st.update_numpy(tree, capacity, index, values)
-        np.testing.assert_array_equal(variable.numpy(), tree)
+        np.testing.assert_array_equal(variable.numpy().reshape(-1, 2), tree)
         start, length = int(rng.integers(capacity)), int(rng.integers(0, capacity // 2))
         targets = (
             rng.random(1000) * st.unmasked_total(st.NUMPY, tree, st.mask(st.NUMPY, tree, capacity, start, length))[0]
@@ -213,7 +213,7 @@ def test_block_adds_keep_exact_leaves_and_counts_and_sums_within_rounding(in_fun
     # The TF buffer's adds: the change of a contiguous block of leaves added to every ancestor in one op.
     rng = np.random.default_rng(5)
     capacity, block = 1000, 8
-    variable = tf.Variable(st.empty(capacity))
+    variable = tf.Variable(st.blocked(st.empty(capacity), capacity))
     leaves = np.zeros(capacity)
 
     def add(first, values):
@@ -235,7 +235,7 @@ def test_block_adds_keep_exact_leaves_and_counts_and_sums_within_rounding(in_fun
             update(tf.constant(index), tf.constant(values))
             for i, v in zip(index, values):
                 leaves[i] = v
-    built, tree = st.build(leaves, capacity), variable.numpy()
+    built, tree = st.build(leaves, capacity), variable.numpy().reshape(-1, 2)
     size = st.leaf_count(capacity)
     np.testing.assert_array_equal(tree[size:], built[size:])  # the leaves exactly
     np.testing.assert_array_equal(tree[:, st.POSITIVE], built[:, st.POSITIVE])  # every count exactly
@@ -247,7 +247,11 @@ STEPPINGS = [(0, 1), (1, 3), (2, 4), (3, 2), (12, 4)]
 
 
 def few_step_finder(kind, tree, capacity, top_level, levels_per_step):
-    """`find_numpy` on `tree`, or `find_wide` on a variable holding it (compiled): targets in, leaves out."""
+    """`find_numpy` on `tree`, or `find_wide` on a variable holding it blocked (compiled): targets in, leaves out.
+
+    `find_wide` steps four levels at a time (a row of the blocked tree), from the level at or below
+    `top_level` that reaches the leaves so: `levels_per_step` is numpy's alone.
+    """
     if kind == "numpy":
         return lambda targets: st.find_steps(
             tree, capacity, targets, top_level=top_level, levels_per_step=levels_per_step
@@ -255,18 +259,19 @@ def few_step_finder(kind, tree, capacity, top_level, levels_per_step):
     if kind == "compiled":  # one compiled descent, level by level, whatever the stepping
         assert st.compiled() is not None
         return lambda targets: st.find_numpy(tree, capacity, targets)
-    variable = tf.Variable(tree)
-    found = tf.function(
-        lambda targets: st.find_wide(variable, capacity, targets, top_level=top_level, levels_per_step=levels_per_step)
-    )
+    variable = tf.Variable(st.blocked(tree, capacity))
+    found = tf.function(lambda targets: st.find_wide(variable, capacity, targets, top_level=top_level))
     return lambda targets: found(tf.constant(targets, tf.float64)).numpy()
 
 
-@pytest.mark.parametrize("kind", ["compiled", "numpy", "tensorflow"])  # the numpy buffer's descents, the TF buffer's
-@pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
+# The numpy buffer's descents (compiled: one, level by level, whatever the stepping; numpy's steps), the TF buffer's.
+@pytest.mark.parametrize(
+    ("kind", "top_level", "levels_per_step"),
+    [("compiled", None, None)] + [(kind, *stepping) for kind in ("numpy", "tensorflow") for stepping in STEPPINGS],
+)
 @pytest.mark.parametrize("capacity", [1, 2, 6, 64, 777, 5000])
 def test_the_few_step_descents_land_where_the_cumulative_sum_says(kind, capacity, top_level, levels_per_step):
-    rng = np.random.default_rng(capacity + top_level)
+    rng = np.random.default_rng(capacity + (top_level or 0))
     leaves = random_leaves(rng, capacity)
     leaves[rng.integers(capacity)] = 1.0
     tree = st.build(leaves, capacity)
@@ -301,8 +306,8 @@ def test_the_few_call_descent_never_reaches_a_zero_leaf_whatever_the_rounding(to
     np.testing.assert_array_equal(found, np.searchsorted(np.cumsum(leaves), targets, side="right"))
 
 
-@pytest.mark.parametrize(("top_level", "levels_per_step"), STEPPINGS)
-def test_the_few_op_tensorflow_descent_never_reaches_a_zero_leaf_whatever_the_sums_carry(top_level, levels_per_step):
+@pytest.mark.parametrize("top_level", [0, 1, 2, 3, 12])
+def test_the_few_op_tensorflow_descent_never_reaches_a_zero_leaf_whatever_the_sums_carry(top_level):
     # Sums spanning 600 orders of magnitude, and ancestors carrying what the TF buffer's adds leave in them:
     # a positive sum over leaves all 0, a sum of 0 or below over a leaf above 0. Counts decide, not sums.
     rng = np.random.default_rng(7)
@@ -316,9 +321,7 @@ def test_the_few_op_tensorflow_descent_never_reaches_a_zero_leaf_whatever_the_su
     tree[(size + 0) >> 6, st.SUM] = 1e-3  # the 64 leaves [0, 64) are all 0
     tree[(size + 64) >> 6, st.SUM] = -1e-3  # one leaf above 0 among [64, 128)
     targets = np.concatenate([rng.random(5000), np.linspace(0, 1, 1001)]) * tree[1, st.SUM]
-    found = st.find_wide(
-        tf.Variable(tree), capacity, tf.constant(targets), top_level=top_level, levels_per_step=levels_per_step
-    )
+    found = st.find_wide(tf.Variable(st.blocked(tree, capacity)), capacity, tf.constant(targets), top_level=top_level)
     assert (leaves[found.numpy()] > 0).all()
     # The largest leaves hold all the weight there: each target lands on the leaf whose interval holds it, the
     # root's sum itself on the last leaf that adds to the running sum.
@@ -331,7 +334,8 @@ def test_the_few_op_tensorflow_descent_never_reaches_a_zero_leaf_whatever_the_su
 def test_the_few_op_tensorflow_descent_stays_within_a_tree_with_no_leaf_above_0(capacity):
     # All priorities 0, or a read torn by a concurrent clear: the sampler then refuses the draw or reads again,
     # so the descent must only end within the leaves, not fail on an index past the tree.
-    found = st.find_wide(tf.Variable(st.empty(capacity)), capacity, tf.constant([0.0, 0.5, 1.0], tf.float64))
+    variable = tf.Variable(st.blocked(st.empty(capacity), capacity))
+    found = st.find_wide(variable, capacity, tf.constant([0.0, 0.5, 1.0], tf.float64))
     assert ((found.numpy() >= 0) & (found.numpy() < st.leaf_count(capacity))).all()
 
 
@@ -392,3 +396,19 @@ def test_numba_is_used_unless_switched_off():
         for value in ("1", "0")
     ]
     assert outputs == ["True", "False"]
+
+
+@pytest.mark.parametrize(("capacity", "width"), [(1, 2), (3, 8), (8, 16), (300, 16)])
+def test_the_tf_buffers_layout_puts_a_nodes_sixteen_descendants_four_levels_down_in_one_row(capacity, width):
+    tree = st.build(np.arange(1.0, capacity + 1), capacity)
+    layout = st.blocked(tree, capacity)
+    assert layout.shape == (2 * st.leaf_count(capacity) // width, width, 2)
+    for node in range(1, 2 * st.leaf_count(capacity)):
+        assert layout[node // width, node % width].tolist() == tree[node].tolist()
+    if width == st.BLOCK:
+        for node in range(1, st.leaf_count(capacity) // 8):  # nodes with descendants four levels down
+            np.testing.assert_array_equal(layout[node], tree[16 * node : 16 * node + 16])
+    variable = tf.Variable(layout)
+    nodes = np.array([[1, 2 * st.leaf_count(capacity) - 1], [st.leaf_count(capacity), 1]])
+    np.testing.assert_array_equal(st.TENSORFLOW.nodes(variable, tf.constant(nodes)).numpy(), tree[nodes])
+    np.testing.assert_array_equal(st.TENSORFLOW.flat(variable).numpy(), tree)

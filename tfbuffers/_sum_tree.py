@@ -89,10 +89,37 @@ def build(leaves: np.ndarray, capacity: int) -> np.ndarray:
     return tree
 
 
+# The TF tree's nodes per row: a node's descendants four levels down fill one row (`find_wide`).
+BLOCK = 16
+
+
+def block(capacity: int) -> int:
+    """The nodes per row of a TF tree of `capacity` leaves: `BLOCK`, or all `2P` of a smaller tree."""
+    return min(BLOCK, 2 * leaf_count(capacity))
+
+
+def blocked(tree: np.ndarray, capacity: int) -> np.ndarray:
+    """`tree` (`[2P, 2]`) as the TF buffer keeps it: `[2P / block, block, 2]`, node `n` at `[n // block, n % block]`.
+
+    A node's `BLOCK` descendants four levels down (nodes `[BLOCK n, BLOCK n + BLOCK)`) are row `n`:
+    `find_wide` reads them with one index per draw rather than `BLOCK`, and TensorFlow's gather costs
+    about as much per index as per row.
+    """
+    return tree.reshape(-1, block(capacity), 2)
+
+
+def _tf_nodes(tree: Any, nodes: Any) -> tf.Tensor:
+    """`[..., 2]`: the (sum, positive count) of `nodes` (int64, any shape) of a blocked tree (`blocked`)."""
+    width = tree.shape[1]
+    return tf.gather_nd(tree, tf.stack([nodes // width, nodes % width], -1))
+
+
 class Ops(NamedTuple):
     """The array functions the tree needs, for one backend."""
 
     gather: Any  # (array, indices) -> array[indices]
+    nodes: Any  # (tree, nodes) -> [..., 2]: the nodes' (sum, count), whatever the tree's layout (`blocked`)
+    flat: Any  # (tree) -> [2P, 2]: every node (TensorFlow: read whole)
     where: Any
     minimum: Any
     maximum: Any
@@ -117,6 +144,8 @@ def _tf_last_of_each(leaves: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, t
 
 NUMPY = Ops(
     gather=lambda array, indices: array[indices],
+    nodes=lambda tree, nodes: tree[nodes],
+    flat=lambda tree: tree,
     where=np.where,
     minimum=np.minimum,
     maximum=np.maximum,
@@ -130,6 +159,8 @@ NUMPY = Ops(
 
 TENSORFLOW = Ops(
     gather=tf.gather,
+    nodes=_tf_nodes,
+    flat=lambda tree: tf.reshape(tree, [-1, 2]),
     where=tf.where,
     minimum=tf.minimum,
     maximum=tf.maximum,
@@ -170,13 +201,13 @@ class Mask(NamedTuple):
 def mask(ops: Ops, tree: Any, capacity: int, start: Any, length: Any) -> Mask:
     """Masks leaves `[start, start + length)` modulo `capacity` (`0 <= start < capacity`, `length <= capacity`)."""
     leaves = (start + ops.arange(length)) % capacity
-    values = ops.gather(tree, leaf_count(capacity) + leaves)
+    values = ops.nodes(tree, leaf_count(capacity) + leaves)
     return Mask(start, length, capacity, ops.cumsum0(values))
 
 
 def unmasked_total(ops: Ops, tree: Any, leaf_mask: Mask | None) -> tuple[Any, Any]:
     """(sum, positive count) of the unmasked leaves: the root's less the mask's."""
-    root = ops.gather(tree, 1)
+    root = ops.nodes(tree, 1)
     if leaf_mask is None:
         return root[SUM], root[POSITIVE]
     masked = ops.gather(leaf_mask.running, leaf_mask.length)
@@ -207,7 +238,7 @@ def find(ops: Ops, tree: Any, capacity: int, targets: Any, leaf_mask: Mask | Non
     span = size
     for _ in range(depth(capacity)):
         span //= 2
-        children = ops.gather(tree, 2 * nodes[..., None] + pair)  # [..., 2 children, 2 columns]
+        children = ops.nodes(tree, 2 * nodes[..., None] + pair)  # [..., 2 children, 2 columns]
         left, right = children[..., 0, :], children[..., 1, :]
         if leaf_mask is not None:
             low = (2 * nodes - (size // span)) * span  # the left child's first leaf
@@ -348,48 +379,48 @@ def find_steps(
     return nodes - size
 
 
-# `find_wide`: the level read whole first (1024 nodes), then the levels per step (16 descendants).
+# `find_wide`: the level read whole first (at least 1024 nodes), then four levels per step (a row of 16).
 _TF_TOP_LEVEL = 10
 _TINY = float(np.finfo(np.float64).tiny)
+# `[BLOCK, BLOCK]` ones on and above the diagonal: a row times it is the row's running sums, in one matmul (a
+# cumsum along a short axis costs several times more). Every column sums its terms in the same order, the terms
+# it leaves out adding exact zeros, so the running sums never decrease and a node of weight 0 repeats the sum
+# before it exactly, as a cumsum's would.
+_RUNNING = np.triu(np.ones([BLOCK, BLOCK]))
 
 
-def find_wide(
-    tree: Any,
-    capacity: int,
-    targets: tf.Tensor,
-    *,
-    top_level: int = _TF_TOP_LEVEL,
-    levels_per_step: int = _LEVELS_PER_STEP,
-) -> tf.Tensor:
-    """`find` with no mask, in TensorFlow, in few ops: `targets` (float64, any shape) each in `[0, root sum)`.
+def find_wide(tree: Any, capacity: int, targets: tf.Tensor, *, top_level: int = _TF_TOP_LEVEL) -> tf.Tensor:
+    """`find` with no mask on a blocked tree (`blocked`), in few ops: `targets` (float64, any shape) in `[0, root sum)`.
 
-    As `find_numpy` (a running sum over a level near the top, then steps of
-    `levels_per_step` levels, each a running sum over the current nodes'
-    descendants and a `searchsorted`): about 20 ops per step rather than 20 per
-    level. The TF buffer's adds carry rounding in the ancestors' sums
-    (`add_block_variable`), so a step weighs a node by its sum only where its
-    exact count of leaves above 0 is not 0 (and by at least the smallest float
-    there): every draw still ends on a leaf above 0. A tree with none (all 0, or
-    read torn by a concurrent clear) still gives leaves within the tree.
+    As `find_numpy`: a running sum over a whole level near the top (the first at or
+    below `top_level` from which steps of four levels reach the leaves), then steps
+    of four levels, each reading the current node's 16 descendants (one row of the
+    blocked tree, one index per draw), their running sums and a `searchsorted`:
+    about 15 ops per step rather than 20 per level. The TF buffer's adds carry
+    rounding in the ancestors' sums (`add_block_variable`), so a step weighs a node
+    by its sum only where its exact count of leaves above 0 is not 0 (and by at
+    least the smallest float there): every draw still ends on a leaf above 0. A
+    tree with none (all 0, or read torn by a concurrent clear) still gives leaves
+    within the tree.
     """
-    size, levels = leaf_count(capacity), depth(capacity)
+    size, levels, width = leaf_count(capacity), depth(capacity), tree.shape[1]
     top = min(top_level, levels)
-    weights = _drawable(tf.gather(tree, tf.range(1 << top, 2 << top, dtype=tf.int64)))  # [W], the same for all
+    top += (levels - top) % 4  # steps of four levels from there reach the leaves exactly
+    first, last = 1 << top, 2 << top
+    rows = tf.gather(tree, tf.range(first // width, max(last // width, 1), dtype=tf.int64))
+    weights = _drawable(tf.reshape(rows, [-1, 2])[first % width : first % width + first])  # [W], the same for all
     running = tf.cumsum(weights)
     remaining = tf.minimum(tf.reshape(targets, [1, -1]), _below(running[-1:]))
-    index = tf.minimum(tf.searchsorted(running[None], remaining, side="right", out_type=tf.int64)[0], (1 << top) - 1)
+    index = tf.minimum(tf.searchsorted(running[None], remaining, side="right", out_type=tf.int64)[0], first - 1)
     remaining = tf.maximum(remaining[0] - tf.gather(running - weights, index), 0.0)[:, None]
-    nodes = ((1 << top) + index)[:, None]  # [targets, 1]
-    while top < levels:
-        step = min(levels_per_step, levels - top)
-        width = 1 << step  # the descendants `step` levels down: nodes `[node * width, node * width + width)`
-        weights = _drawable(tf.gather(tree, nodes * width + np.arange(width)))  # [targets, width]
-        running = tf.cumsum(weights, axis=1)
+    nodes = first + index  # [targets]
+    for _ in range((levels - top) // 4):  # the tree has rows of BLOCK nodes here (2P >= 32)
+        weights = _drawable(tf.gather(tree, nodes))  # [targets, BLOCK]: the nodes' descendants four levels down
+        running = tf.matmul(weights, _RUNNING)
         remaining = tf.minimum(remaining, _below(running[:, -1:]))
-        index = tf.minimum(tf.searchsorted(running, remaining, side="right", out_type=tf.int64), width - 1)
+        index = tf.minimum(tf.searchsorted(running, remaining, side="right", out_type=tf.int64), BLOCK - 1)
         remaining = tf.maximum(remaining - tf.gather(running - weights, index, batch_dims=1), 0.0)
-        nodes = nodes * width + index
-        top += step
+        nodes = nodes * BLOCK + index[:, 0]
     return tf.reshape(nodes - size, tf.shape(targets, out_type=tf.int64))
 
 
@@ -428,41 +459,47 @@ def draw_numpy(tree: np.ndarray, capacity: int, uniforms: Any, shape: list[int],
 def update_variable(
     tree: tf.Variable, capacity: int, leaves: tf.Tensor, values: tf.Tensor, *, distinct: bool = False
 ) -> tf.Operation:
-    """As `update_numpy`, on a `[2P, 2]` float64 variable: one scatter for the leaves, one per level above.
+    """As `update_numpy`, on a blocked float64 variable (`blocked`): one scatter for the leaves, one per level above.
 
     `distinct=True` skips making repeated leaves take their last value (for leaves known distinct).
     """
     if not distinct:
         leaves, values = TENSORFLOW.last_of_each(leaves, values)
     nodes = leaf_count(capacity) + leaves
-    update = tree.scatter_nd_update(nodes[:, None], tf.stack([values, tf.cast(values > 0, tf.float64)], -1))
+    update = tree.scatter_nd_update(_positions(tree, nodes), tf.stack([values, tf.cast(values > 0, tf.float64)], -1))
     for _ in range(depth(capacity)):
         nodes = nodes // 2
         with tf.control_dependencies([update]):
-            children = tf.gather(tree, tf.stack([2 * nodes, 2 * nodes + 1], -1))
-        update = tree.scatter_nd_update(nodes[:, None], tf.reduce_sum(children, 1))
+            children = _tf_nodes(tree, tf.stack([2 * nodes, 2 * nodes + 1], -1))
+        update = tree.scatter_nd_update(_positions(tree, nodes), tf.reduce_sum(children, 1))
     return update
+
+
+def _positions(tree: Any, nodes: tf.Tensor) -> tf.Tensor:
+    """`[..., 2]`: the (row, column) of `nodes` in a blocked tree, for `scatter_nd_*`."""
+    width = tree.shape[1]
+    return tf.stack([nodes // width, nodes % width], -1)
 
 
 def add_block_variable(tree: tf.Variable, capacity: int, leaves: tf.Tensor, values: tf.Tensor) -> tf.Operation:
     """Sets `leaves` (int64, 1-D, distinct: an add's block of rows) to `values`; adds the change to their ancestors.
 
-    Three ops whatever the depth (a gather, a scatter of the leaves, one scatter-add to every ancestor),
-    for an add's block of rows. The ancestors' sums then carry the float64 rounding of each addition
-    (relative 1e-16 per add, about 1e-11 after a billion adds if the roundings do not cancel); their
-    positive counts stay exact. A restore or clear rebuilds them from the leaves, and `update_variable`
-    recomputes the ancestors it touches from their children.
+    Three reads and writes whatever the depth (a gather, a scatter of the leaves, one scatter-add to every
+    ancestor of every leaf, repeats summed), for an add's block of rows. The ancestors' sums then carry the
+    float64 rounding of each addition (relative 1e-16 per add, about 1e-11 after a billion adds if the
+    roundings do not cancel); their positive counts stay exact. A restore or clear rebuilds them from the
+    leaves, and `update_variable` recomputes the ancestors it touches from their children.
     """
-    size = leaf_count(capacity)
-    nodes = size + leaves
-    old = tf.gather(tree, nodes)
+    levels, width = depth(capacity), tree.shape[1]
+    # Each leaf's node and its ancestors, `[levels + 1, leaves]` (row i: i levels up), as (row, column) of the tree.
+    path = (leaf_count(capacity) + leaves)[None, :] // tf.constant(2 ** np.arange(levels + 1), tf.int64)[:, None]
+    positions = tf.stack([path // width, path % width], -1)
+    at_leaves = positions[0]
+    old = tf.gather_nd(tree, at_leaves)
     new = tf.stack([values, tf.cast(values > 0, tf.float64)], -1)
     with tf.control_dependencies([old]):
-        written = tree.scatter_nd_update(nodes[:, None], new)
-    levels = depth(capacity)
+        written = tree.scatter_nd_update(at_leaves, new)
     if levels == 0:
         return written
-    ancestors = nodes[None, :] // tf.constant(2 ** np.arange(1, levels + 1), tf.int64)[:, None]  # [levels, B]
-    changes = tf.broadcast_to((new - old)[None], [levels, tf.size(nodes), 2])
-    with tf.control_dependencies([written]):
-        return tree.scatter_nd_add(tf.reshape(ancestors, [-1, 1]), tf.reshape(changes, [-1, 2]))
+    with tf.control_dependencies([written]):  # one update per ancestor of each leaf, repeats summed
+        return tree.scatter_nd_add(positions[1:], tf.broadcast_to(new - old, [levels, *leaves.shape, 2]))

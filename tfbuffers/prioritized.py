@@ -42,16 +42,18 @@ SUM_TREE = "sum_tree"
 """The storage's extra of the sum tree over every row's `priority ** priority_exponent` (`tfbuffers._sum_tree`)."""
 
 
-def extras(storage: Any) -> tuple[Any, Any, Any]:
+def extras(storage: Any, *, blocked: bool = False) -> tuple[Any, Any, Any]:
     """A new prioritized buffer's priorities, max priority and sum tree, kept in its storage as extras.
 
     `storage` is one of `tfbuffers.storage`'s: numpy arrays or `tf.Variable`s come back. The max
-    priority is a scalar (`[]` float64), 1.0 at first.
+    priority is a scalar (`[]` float64), 1.0 at first. `blocked`: the tree in the TF buffer's layout
+    (`tfbuffers._sum_tree.blocked`), else `[2P, 2]`.
     """
+    tree = _sum_tree.empty(storage.num_rows)
     return (
         storage.extra(PRIORITY, np.zeros([storage.num_rows], np.float64)),
         storage.extra(MAX_PRIORITY, np.array(1.0, np.float64)),
-        storage.extra(SUM_TREE, _sum_tree.empty(storage.num_rows)),
+        storage.extra(SUM_TREE, _sum_tree.blocked(tree, storage.num_rows) if blocked else tree),
     )
 
 
@@ -155,7 +157,7 @@ class GraphPriorities:
         """Keeps the priorities in `storage` (a `tfbuffers.storage.VariableStorage`) as extras (see `extras`)."""
         self.capacity = storage.num_rows
         self.priority_exponent = priority_exponent
-        self.values, self.largest, self.tree = extras(storage)
+        self.values, self.largest, self.tree = extras(storage, blocked=True)
         self._batch_size = batch_size
 
     def added(self, rows: tf.Tensor) -> list[Any]:
@@ -176,7 +178,7 @@ class GraphPriorities:
 
     def weights(self, rows: tf.Tensor) -> tf.Tensor:
         """The rows' weights in draws: their leaves in the tree."""
-        return tf.gather(self.tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
+        return _sum_tree.TENSORFLOW.nodes(self.tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
 
     def cleared(self) -> list[Any]:
         """The writes of a clear: every priority and weight 0, new frames get 1.0."""
@@ -198,7 +200,11 @@ class GraphPriorities:
     def restored(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The values of `restore_targets` for a checked state's `extras`: the tree rebuilt from the priorities."""
         weights = leaf_weights(extras[PRIORITY], self.priority_exponent)
-        return [extras[PRIORITY], extras[MAX_PRIORITY], _sum_tree.build(weights, self.capacity)]
+        return [
+            extras[PRIORITY],
+            extras[MAX_PRIORITY],
+            _sum_tree.blocked(_sum_tree.build(weights, self.capacity), self.capacity),
+        ]
 
     def close(self) -> None:
         """Lets the variables go (the buffer was closed)."""

@@ -480,7 +480,7 @@ class PrioritizedSampler(Sampler):
             rows = self._draw_outside(backend, tree, shape, checks, total, leaf_mask)
         else:
             rows = self._draw(backend, tree, shape, checks, total, leaf_mask)
-        weights = backend.tree.gather(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
+        weights = backend.tree.nodes(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
         ids, rows = self._windows_from(backend, rows, added, num_steps)
         return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority, total)
 
@@ -514,7 +514,7 @@ class PrioritizedSampler(Sampler):
         newest adds) seldom holds much weight: the redraws, behind a `tf.cond`, rarely run.
         """
         capacity = self.batch_size * self.max_length
-        root = backend.tree.gather(tree, 1)[_sum_tree.SUM]
+        root = backend.tree.nodes(tree, 1)[_sum_tree.SUM]
         with tf.control_dependencies(checks):
             # Every uniform drawn here, not in the cond's branches: a branch's random op may get the same seed
             # as one outside it (under tf.random.set_seed) and repeat its numbers.
@@ -559,7 +559,9 @@ class PrioritizedSampler(Sampler):
 
         def in_one_pass() -> tuple[Any, ...]:
             valid = self._valid_starts(backend, added, steps)
-            weights = tree[leaves : leaves + capacity, _sum_tree.SUM] * backend.cast(valid, np.float64)
+            weights = backend.tree.flat(tree)[leaves : leaves + capacity, _sum_tree.SUM] * backend.cast(
+                valid, np.float64
+            )
             running = backend.cumsum(weights)
             counts = backend.sum(backend.cast(valid, np.int64)), backend.sum(backend.cast(weights > 0, np.float64))
             if backend is not TENSORFLOW:
@@ -575,7 +577,7 @@ class PrioritizedSampler(Sampler):
             first_rows, probabilities, window_count, within_positive, mass = in_one_pass()
         else:
             total, positive, leaf_mask = totals
-            weights = lambda rows: _episodes.columns(backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM])  # noqa: E731
+            weights = lambda rows: _episodes.columns(backend.tree.nodes(tree, leaves + rows)[:, _sum_tree.SUM])  # noqa: E731
             crossing = self._crossing(backend, record, added, steps, weights)
             window_count = windows - backend.cast(crossing[_episodes.COUNT], np.int64)
             within_total, within_positive = total - crossing[_episodes.WEIGHT], positive - crossing[_episodes.POSITIVE]
@@ -583,7 +585,7 @@ class PrioritizedSampler(Sampler):
                 backend.require(window_count > 0, no_window)
                 backend.require(within_positive > 0, no_priority)
             if backend is TENSORFLOW:  # drawn over the whole tree, masked leaves then left out (`_draw_outside`)
-                root = backend.tree.gather(tree, 1)[_sum_tree.SUM]
+                root = backend.tree.nodes(tree, 1)[_sum_tree.SUM]
                 draws = self._draw_count(backend, wanted, within_total / backend.tree.maximum(root, 1e-300))
                 candidates, outside = self._draw_from_whole_tree(backend, tree, root, draws, checks, leaf_mask)
                 kept = self._kept_draws(backend, record, candidates, steps) & outside
@@ -595,7 +597,7 @@ class PrioritizedSampler(Sampler):
 
             def from_draws() -> tuple[Any, Any, Any]:
                 rows = chosen[:wanted]
-                return rows, backend.tree.gather(tree, leaves + rows)[:, _sum_tree.SUM] / within_total, within_total
+                return rows, backend.tree.nodes(tree, leaves + rows)[:, _sum_tree.SUM] / within_total, within_total
 
             def passed() -> tuple[Any, Any, Any]:
                 first_rows, probabilities, _, _, mass = in_one_pass()
