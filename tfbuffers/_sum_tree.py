@@ -4,7 +4,9 @@ The tree is one `[2P, 2]` float64 array (P: the leaf count rounded up to a power
 of two), a complete binary tree in heap order: node 1 is the root, node `i` has
 children `2i` and `2i + 1`, leaf `j` is node `P + j`, node 0 is unused. Column
 `SUM` of a node holds the sum of the leaf values below it, column `POSITIVE`
-how many of those leaves are above 0 (exact: integers in float64).
+how many of those leaves are above 0 (exact: integers in float64). The TF
+buffer keeps the same nodes in rows of 16 (`blocked`: `[2P / 16, 16, 2]`), and
+reads them by node number through `Ops.nodes`.
 
 Updates set leaves, then recompute every ancestor from its two children, level
 by level (`depth` vectorised steps for a whole batch of leaves). A node so
@@ -34,11 +36,14 @@ the top (4096 nodes) and a `searchsorted` into it, then steps of 16 descendants
 (four levels) per call. `draw_numpy` draws from the whole tree and draws again the few
 draws that land in the mask (rejection: the kept draws follow the unmasked
 leaves' proportions exactly), leaving any still masked after that to `find`.
-In TensorFlow each op costs about a microsecond whatever its size, and `find`
-runs some twenty per level: `find_wide` takes the same few steps as
-`draw_numpy` for a draw from the whole tree (about five ops per level), and the
-TF sampler leaves a mask out by rejection too (`tfbuffers.sampling`), with
-`find` for the draws that land in the mask twice.
+In TensorFlow each op costs a few microseconds whatever its size, a gather about
+as much per index as per row, and `find` runs some twenty ops per level:
+`find_wide` takes the same few steps as `draw_numpy` for a draw from the whole
+tree, four levels per step, each step one row of the blocked tree per draw (one
+index, where the `[2P, 2]` layout took 16: half the cost of a prioritized
+`get_next` on a 1M-frame buffer), and the TF sampler leaves a mask out by
+rejection too (`tfbuffers.sampling`), with `find` for the draws that land in the
+mask twice.
 """
 
 from __future__ import annotations
@@ -110,8 +115,13 @@ def blocked(tree: np.ndarray, capacity: int) -> np.ndarray:
 
 def _tf_nodes(tree: Any, nodes: Any) -> tf.Tensor:
     """`[..., 2]`: the (sum, positive count) of `nodes` (int64, any shape) of a blocked tree (`blocked`)."""
+    return tf.gather_nd(tree, _positions(tree, nodes))
+
+
+def _positions(tree: Any, nodes: Any) -> tf.Tensor:
+    """`[..., 2]`: the (row, column) of `nodes` in a blocked tree, for `gather_nd` and `scatter_nd_*`."""
     width = tree.shape[1]
-    return tf.gather_nd(tree, tf.stack([nodes // width, nodes % width], -1))
+    return tf.stack([nodes // width, nodes % width], -1)
 
 
 class Ops(NamedTuple):
@@ -475,12 +485,6 @@ def update_variable(
     return update
 
 
-def _positions(tree: Any, nodes: tf.Tensor) -> tf.Tensor:
-    """`[..., 2]`: the (row, column) of `nodes` in a blocked tree, for `scatter_nd_*`."""
-    width = tree.shape[1]
-    return tf.stack([nodes // width, nodes % width], -1)
-
-
 def add_block_variable(tree: tf.Variable, capacity: int, leaves: tf.Tensor, values: tf.Tensor) -> tf.Operation:
     """Sets `leaves` (int64, 1-D, distinct: an add's block of rows) to `values`; adds the change to their ancestors.
 
@@ -490,10 +494,10 @@ def add_block_variable(tree: tf.Variable, capacity: int, leaves: tf.Tensor, valu
     roundings do not cancel); their positive counts stay exact. A restore or clear rebuilds them from the
     leaves, and `update_variable` recomputes the ancestors it touches from their children.
     """
-    levels, width = depth(capacity), tree.shape[1]
+    levels = depth(capacity)
     # Each leaf's node and its ancestors, `[levels + 1, leaves]` (row i: i levels up), as (row, column) of the tree.
     path = (leaf_count(capacity) + leaves)[None, :] // tf.constant(2 ** np.arange(levels + 1), tf.int64)[:, None]
-    positions = tf.stack([path // width, path % width], -1)
+    positions = _positions(tree, path)
     at_leaves = positions[0]
     old = tf.gather_nd(tree, at_leaves)
     new = tf.stack([values, tf.cast(values > 0, tf.float64)], -1)
