@@ -114,6 +114,7 @@ class PyObserver:
             raise TypeError(NOT_A_BUFFER_OR_WRITER.format(observer="PyObserver", received=type(buffer).__name__))
         self._buffer = buffer
         self._first_field = buffer.fields[0] if buffer.fields else None
+        self._pack = specs.packer(specs.unwrap(buffer.data_spec))
 
     @property
     def buffer(self) -> Any:
@@ -138,7 +139,7 @@ class PyObserver:
         if rank == field_spec.shape.rank:
             # Python values stay Python (in a list) so that add_batch converts them by the spec's dtype.
             leaves = [x[None] if isinstance(x, np.ndarray | np.generic) or tf.is_tensor(x) else [x] for x in leaves]
-            trajectory = specs.pack(spec, leaves)
+            trajectory = self._pack(leaves)
             batch_size = 1
         elif rank == field_spec.shape.rank + 1:
             batch_size = int(np.shape(leaves[0])[0])

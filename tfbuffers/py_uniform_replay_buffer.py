@@ -336,7 +336,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         return self._ends.record  # under the lock
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
+        return np.asarray(self.add_batch(self._pack(arrays)))
 
     def sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None

@@ -288,6 +288,7 @@ class RayHost:
         self._config = config
         self._label = f"RayReplayBuffer {config['name']!r}"
         self._spec = config["data_spec"]
+        self._pack = specs.packer(self._spec)
         self._fields = specs.flatten_spec(self._spec)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -393,7 +394,7 @@ class RayHost:
     def add(self, segments: list[int], leaves: list[np.ndarray], timeout: float | None) -> np.ndarray:
         """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids."""
         count = len(segments)
-        items = specs.pack(self._spec, leaves)
+        items = self._pack(leaves)
         checked, _ = specs.check_batch(items, self._spec, self._fields, (count,))
         with self._lock:
             self._check_open()
@@ -406,7 +407,7 @@ class RayHost:
             )
             ids = np.empty(count, np.int64)
             for i, s in enumerate(segments):
-                frame = specs.pack(self._spec, [leaf[i : i + 1] for leaf in checked])
+                frame = self._pack([leaf[i : i + 1] for leaf in checked])
                 ids[i] = int(self._segments[s].add_batch(frame)[0]) * len(self._segments) + s
             limiter.inserts += count
             self._changed.notify_all()

@@ -338,7 +338,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         return ids
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return np.asarray(self.add_batch(specs.pack(self._data_spec, list(arrays))))
+        return np.asarray(self.add_batch(self._pack(arrays)))
 
     def _append_locked(self, env: int, writer: Any, frame: list[np.ndarray]) -> None:
         step_type = None if self._step_type_index is None else int(frame[self._step_type_index])
