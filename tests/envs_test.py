@@ -6,6 +6,7 @@ import gymnasium
 import numpy as np
 import pytest
 import tensorflow as tf
+from gymnasium.utils.env_checker import check_env
 from tf_agents.drivers import dynamic_step_driver, py_driver
 from tf_agents.environments import batched_py_environment, tf_py_environment
 from tf_agents.policies import fixed_policy, random_py_policy
@@ -13,7 +14,7 @@ from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 import tfbuffers
-from tfbuffers.envs import GymnasiumEnvironment, load_gymnasium, spec_from_space
+from tfbuffers.envs import BIT_FLIPPING_ID, BitFlippingEnv, GymnasiumEnvironment, load_gymnasium, spec_from_space
 from tfbuffers.observers import PyObserver, TFObserver
 
 FIRST, MID, LAST = int(ts.StepType.FIRST), int(ts.StepType.MID), int(ts.StepType.LAST)
@@ -145,3 +146,106 @@ def test_bad_num_envs(num_envs, error, message):
     with pytest.raises(error) as raised:
         load_gymnasium("CartPole-v1", num_envs=num_envs)
     assert str(raised.value) == message
+
+
+def test_bit_flipping_reaches_its_goal_by_flipping_the_bits_that_differ():
+    env = BitFlippingEnv(num_bits=6)
+    observation, info = env.reset(seed=1)
+    state, goal = observation["observation"], observation["desired_goal"]
+    assert state.dtype == np.float32 and state.shape == (6,) and set(state.tolist()) <= {0.0, 1.0}
+    np.testing.assert_array_equal(observation["achieved_goal"], state)
+    assert not info["is_success"] and not np.array_equal(state, goal)
+    differ = np.flatnonzero(state != goal).tolist()
+    rewards, ends = [], []
+    for bit in differ:
+        observation, reward, terminated, truncated, info = env.step(bit)
+        rewards.append(reward)
+        ends.append((terminated, truncated))
+    assert rewards == [-1.0] * (len(differ) - 1) + [0.0]
+    assert ends == [(False, False)] * (len(differ) - 1) + [(True, False)]
+    assert info["is_success"]
+    np.testing.assert_array_equal(observation["observation"], goal)
+    np.testing.assert_array_equal(observation["achieved_goal"], goal)
+    np.testing.assert_array_equal(observation["desired_goal"], goal)
+
+
+def test_bit_flipping_is_truncated_after_num_bits_steps():
+    env = BitFlippingEnv(num_bits=3)
+    observation, _ = env.reset(seed=2)
+    assert observation["observation"].tolist() == [1.0, 0.0, 0.0] and observation["desired_goal"].tolist() == [0, 0, 1]
+    same = 1  # a bit the state shares with the goal
+    steps = [env.step(same) for _ in range(3)]  # away from the goal, back, away: never there
+    assert [(reward, terminated, truncated) for _, reward, terminated, truncated, _ in steps] == [
+        (-1.0, False, False),
+        (-1.0, False, False),
+        (-1.0, False, True),
+    ]
+    longer = BitFlippingEnv(num_bits=3, max_steps=5)
+    longer.reset(seed=2)
+    assert [longer.step(same)[3] for _ in range(5)] == [False] * 4 + [True]
+
+
+def test_bit_flipping_never_starts_at_its_goal():
+    env = BitFlippingEnv(num_bits=1)
+    for seed in range(50):
+        observation, _ = env.reset(seed=seed)
+        assert observation["desired_goal"][0] == 1.0 - observation["observation"][0]
+        assert env.step(0)[1:4] == (0.0, True, False)
+
+
+def test_bit_flipping_rewards_any_goals_vectorized():
+    env = BitFlippingEnv(num_bits=3)
+    achieved = np.array([[[0, 1, 1], [1, 1, 1]], [[0, 0, 0], [1, 0, 1]]], np.float32)
+    desired = np.array([[[0, 1, 1], [1, 1, 0]], [[0, 0, 0], [0, 0, 0]]], np.float32)
+    rewards = env.compute_reward(achieved, desired, None)
+    assert rewards.dtype == np.float32
+    assert rewards.tolist() == [[0.0, -1.0], [0.0, -1.0]]
+
+
+def test_bit_flipping_through_gymnasium_and_tf_agents():
+    check_env(gymnasium.make(BIT_FLIPPING_ID, num_bits=5).unwrapped)
+    env = load_gymnasium(BIT_FLIPPING_ID, seed=2, num_bits=5)
+    spec = env.observation_spec()
+    assert sorted(spec) == ["achieved_goal", "desired_goal", "observation"]
+    assert spec["desired_goal"] == array_spec.BoundedArraySpec((5,), np.float32, 0.0, 1.0)
+    assert env.action_spec() == array_spec.BoundedArraySpec((), np.int64, 0, 4)
+    first = env.reset()
+    differ = np.flatnonzero(first.observation["observation"] != first.observation["desired_goal"]).tolist()
+    steps = [env.step(np.int64(bit)) for bit in differ]
+    assert [int(s.step_type) for s in steps] == [MID] * (len(differ) - 1) + [LAST]
+    assert [float(s.discount) for s in steps] == [1.0] * (len(differ) - 1) + [0.0]  # terminated: nothing beyond
+    # Flipping a bit the state shares with the goal, back and forth, never reaches it: truncated after 5 steps.
+    env = load_gymnasium(BIT_FLIPPING_ID, seed=3, num_bits=5)
+    first = env.reset()
+    same = int(np.flatnonzero(first.observation["observation"] == first.observation["desired_goal"])[0])
+    steps = [env.step(np.int64(same)) for _ in range(5)]
+    assert [int(s.step_type) for s in steps] == [MID] * 4 + [LAST]
+    assert [float(s.discount) for s in steps] == [1.0] * 5  # truncated: the state still has a value
+    assert [float(s.reward) for s in steps] == [-1.0] * 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"num_bits": 0}, ValueError, "num_bits: expected a positive int, got int 0"),
+        ({"num_bits": 2.0}, TypeError, "num_bits: expected a positive int, got float 2.0"),
+        ({"num_bits": 3, "max_steps": 0}, ValueError, "max_steps: expected a positive int, got int 0"),
+    ],
+)
+def test_bit_flipping_refuses_bad_sizes(kwargs, error, message):
+    with pytest.raises(error) as raised:
+        BitFlippingEnv(**kwargs)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("action", [3, -1, 1.5])
+def test_bit_flipping_refuses_a_bit_it_does_not_have_and_goes_on(action):
+    env = BitFlippingEnv(num_bits=3)
+    observation, _ = env.reset(seed=0)
+    with pytest.raises(ValueError) as raised:
+        env.step(action)
+    assert str(raised.value) == f"action: expected a bit index in [0, 3), got {action!r}"
+    after = env.step(0)[0]  # the state is unchanged by the refused step
+    expected = observation["observation"].copy()
+    expected[0] = 1.0 - expected[0]
+    np.testing.assert_array_equal(after["observation"], expected)

@@ -16,6 +16,13 @@ discount 0 (no value beyond it), `truncated` (a time limit) with discount 1 (the
 episode was cut, the state still has a value). The step after a last step starts
 a new episode, ignoring its action, as in TF-Agents.
 
+`BitFlippingEnv` (registered as `BIT_FLIPPING_ID`) is the goal-conditioned task
+of the hindsight experience replay paper (Andrychowicz et al., 2017):
+
+>>> env = load_gymnasium(BIT_FLIPPING_ID, seed=0, num_bits=4)
+>>> sorted(env.observation_spec())
+['achieved_goal', 'desired_goal', 'observation']
+
 Needs the `gymnasium` and `agents` extras (`pip install tfbuffers[gymnasium,agents]`).
 """
 
@@ -42,8 +49,12 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 _keras.warn_if_keras_3()
 
+BIT_FLIPPING_ID = "tfbuffers/BitFlipping-v0"
+"""The gymnasium id of `BitFlippingEnv`: `gymnasium.make(BIT_FLIPPING_ID, num_bits=15)`."""
+
 UNSUPPORTED_SPACE = "{path}: expected a Box, Discrete, Dict or Tuple space, got {received}"
 NOT_A_POSITIVE_INT = "{name}: expected a positive int, got {received}"
+BAD_ACTION = "action: expected a bit index in [0, {num_bits}), got {received}"
 
 
 def spec_from_space(space: gymnasium.Space, path: str = "<root>") -> Any:
@@ -174,10 +185,7 @@ def load_gymnasium(
       TypeError: If `num_envs` is not an int, or a space is not supported.
       ValueError: If `num_envs` is not positive.
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int):
-        raise TypeError(NOT_A_POSITIVE_INT.format(name="num_envs", received=f"{type(num_envs).__name__} {num_envs!r}"))
-    if num_envs < 1:
-        raise ValueError(NOT_A_POSITIVE_INT.format(name="num_envs", received=f"int {num_envs}"))
+    _check_positive_int("num_envs", num_envs)
 
     def make(index: int) -> GymnasiumEnvironment:
         env = gymnasium.make(env_id, max_episode_steps=max_episode_steps, **make_kwargs)
@@ -189,3 +197,106 @@ def load_gymnasium(
     else:
         env = batched_py_environment.BatchedPyEnvironment([make(i) for i in range(num_envs)], multithreading=False)
     return tf_py_environment.TFPyEnvironment(env) if tf_environment else env
+
+
+class BitFlippingEnv(gymnasium.Env):
+    """The bit-flipping task of the hindsight experience replay paper (Andrychowicz et al., 2017).
+
+    The state is `num_bits` bits; each action flips one of them; an episode starts
+    from random bits and a random goal (never the start itself) and ends, terminated,
+    on the step that makes the state the goal, or truncated after `max_steps` steps
+    (`num_bits` by default, as in the paper: enough to reach any goal). The reward is
+    0 on reaching the goal and -1 on every other step, so without relabeling a random
+    policy sees a reward of 0 about once in `2**num_bits` episodes.
+
+    Observations follow gymnasium-robotics' goal-conditioned convention: a dict of
+    `observation` (the bits), `achieved_goal` (the bits again: the goal a step
+    achieved) and `desired_goal`, each float32 `[num_bits]` of 0s and 1s.
+    `compute_reward` recomputes rewards for any goals, vectorized, as hindsight
+    relabeling needs.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, num_bits: int = 10, max_steps: int | None = None) -> None:
+        """Makes the task.
+
+        Args:
+          num_bits: The length of the bit string (the paper: 5 to 50).
+          max_steps: Steps before the episode is truncated; default `num_bits`.
+
+        Raises:
+          TypeError: If `num_bits` or `max_steps` is not an int.
+          ValueError: If either is below 1.
+        """
+        _check_positive_int("num_bits", num_bits)
+        if max_steps is not None:
+            _check_positive_int("max_steps", max_steps)
+        self.num_bits = num_bits
+        self.max_steps = num_bits if max_steps is None else max_steps
+        bits = gymnasium.spaces.Box(0.0, 1.0, (num_bits,), np.float32)
+        self.observation_space = gymnasium.spaces.Dict(
+            {"observation": bits, "achieved_goal": bits, "desired_goal": bits}
+        )
+        self.action_space = gymnasium.spaces.Discrete(num_bits)
+        self._state = np.zeros(num_bits, np.float32)
+        self._goal = np.zeros(num_bits, np.float32)
+        self._steps = 0
+
+    def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+        """Rewards of reaching `desired_goal` with `achieved_goal`: 0 where they are equal, else -1.
+
+        Args:
+          achieved_goal: Bits `[..., num_bits]`.
+          desired_goal: Bits of the same shape.
+          info: Unused (gymnasium-robotics' signature).
+
+        Returns:
+          float32 rewards `[...]`.
+        """
+        differ = np.any(np.asarray(achieved_goal) != np.asarray(desired_goal), axis=-1)
+        return -differ.astype(np.float32)
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        return {
+            "observation": self._state.copy(),
+            "achieved_goal": self._state.copy(),
+            "desired_goal": self._goal.copy(),
+        }
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Random bits and a random goal that differs from them."""
+        super().reset(seed=seed)
+        self._state = self.np_random.integers(0, 2, self.num_bits).astype(np.float32)
+        self._goal = self._state
+        while np.array_equal(self._goal, self._state):
+            self._goal = self.np_random.integers(0, 2, self.num_bits).astype(np.float32)
+        self._steps = 0
+        return self._observation(), {"is_success": False}
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Flips bit `action`; terminated on reaching the goal, truncated after `max_steps` steps."""
+        if not self.action_space.contains(action):
+            raise ValueError(BAD_ACTION.format(num_bits=self.num_bits, received=repr(action)))
+        self._state = self._state.copy()
+        self._state[int(action)] = 1.0 - self._state[int(action)]
+        self._steps += 1
+        reward = float(self.compute_reward(self._state, self._goal))
+        success = reward == 0.0
+        return (
+            self._observation(),
+            reward,
+            success,
+            not success and self._steps >= self.max_steps,
+            {"is_success": success},
+        )
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(NOT_A_POSITIVE_INT.format(name=name, received=f"{type(value).__name__} {value!r}"))
+    if value < 1:
+        raise ValueError(NOT_A_POSITIVE_INT.format(name=name, received=f"int {value}"))
+
+
+gymnasium.register(BIT_FLIPPING_ID, entry_point="tfbuffers.envs:BitFlippingEnv")
