@@ -16,6 +16,7 @@ _noise.ignore_autograph_repeats()
 
 from tfbuffers import kinds
 from tfbuffers.frames import FrameBuffer
+from tfbuffers.her import her_dataset, relabel_windows
 from tfbuffers.manager import ReplayBufferManager
 from tfbuffers.n_step import n_step_dataset, n_step_transitions
 from tfbuffers.prioritized import importance_weights
@@ -106,11 +107,13 @@ __all__ = [
     "TFPrioritizedReplayBuffer",
     "TFUniformReplayBuffer",
     "from_config",
+    "her_dataset",
     "importance_weights",
     "load",
     "n_step_dataset",
     "n_step_transitions",
     "open",
+    "relabel_windows",
     "sharded_dataset",
 ]
 
