@@ -12,6 +12,15 @@ Writes a learning curve (PNG) and a summary (JSON) to --output-dir.
     python scripts/train_dqn.py --buffer tf_prioritized
     python scripts/train_dqn.py --starter-buffer out/starter/cartpole-random
     python scripts/train_dqn.py --n-step 3           # 3-step returns (tfbuffers.n_step_dataset)
+    python scripts/train_dqn.py --her --num-bits 15  # bit flipping with hindsight goals (tfbuffers.her_dataset)
+
+With --her the agent learns from transitions relabeled with hindsight goals
+(`tfbuffers.her_dataset`, --her-strategy, --relabel-fraction) on a goal-conditioned
+environment: the HER paper's bit flipping (`tfbuffers/BitFlipping-v0`, --num-bits
+bits) unless --env names another whose env has `compute_reward`. --num-bits alone
+runs bit flipping without relabeling. On a goal-conditioned environment the
+evaluations also count the success rate: the share of episodes that reached their
+goal (terminated rather than truncated).
 
 With --replay-server HOST:PORT the buffer is a Reverb table on that server
 (scripts/replay_server.py), filled by actor processes (scripts/collect.py): this
@@ -46,6 +55,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
 
+BIT_FLIPPING = "tfbuffers/BitFlipping-v0"  # tfbuffers.envs.BIT_FLIPPING_ID (not imported before TensorFlow)
+HER_STRATEGIES = ("future", "final", "episode")  # tfbuffers.her.STRATEGIES
 RAY_BUFFER = "tfbuffers"  # the name scripts/replay_server.py gives its RayReplayBuffer (its --table-name)
 
 
@@ -77,6 +88,11 @@ class Config:
     backend: str | None = None  # the replay server's: "reverb" or "ray"
     policy_dir: str | None = None
     policy_interval: int = 1_000
+    num_bits: int | None = None  # bit flipping's size (its default, 10, when None)
+    her: bool = False
+    her_strategy: str = "future"
+    relabel_fraction: float = 0.8
+    her_horizon: int | None = None  # the environment's episode limit when None
     progress: bool = True
 
 
@@ -84,7 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: one flag per `Config` field."""
     defaults = Config()
     parser = _args.new_parser(__doc__)
-    parser.add_argument("--env", default=defaults.env, help="gymnasium environment id with a Discrete action space")
+    parser.add_argument(
+        "--env",
+        default=None,
+        help=f"gymnasium environment id with a Discrete action space; None: {defaults.env}, or {BIT_FLIPPING} with "
+        "--her or --num-bits",
+    )
     parser.add_argument(
         "--buffer",
         default=defaults.buffer,
@@ -177,6 +198,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.policy_interval,
         help="iterations between publications to --policy-dir",
     )
+    parser.add_argument(
+        "--num-bits",
+        type=_args.positive_int,
+        default=None,
+        help=f"bit flipping's length (--env {BIT_FLIPPING}, the default env with this flag or --her)",
+    )
+    parser.add_argument(
+        "--her", action="store_true", help="hindsight experience replay: goals relabeled by tfbuffers.her_dataset"
+    )
+    parser.add_argument(
+        "--her-strategy", default=defaults.her_strategy, choices=list(HER_STRATEGIES), help="where new goals come from"
+    )
+    parser.add_argument(
+        "--relabel-fraction",
+        type=_args.probability,
+        default=defaults.relabel_fraction,
+        help="--her: the share of transitions relabeled (the paper's k = 4 future goals: 0.8)",
+    )
+    parser.add_argument(
+        "--her-horizon",
+        type=_args.positive_int,
+        default=None,
+        help="--her: frames after a transition that goals come from (default: the environment's episode limit)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -194,6 +239,30 @@ def parse_args(argv: list[str] | None = None) -> Config:
         parser.error(
             f"argument --n-step: expected windows of N + 1 frames to fit a segment of --replay-capacity / "
             f"--num-envs = {max(args.replay_capacity // args.num_envs, 2)} frames, got {args.n_step}"
+        )
+    if args.env is None:
+        values["env"] = BIT_FLIPPING if args.her or args.num_bits is not None else Config.env
+    if args.num_bits is not None and values["env"] != BIT_FLIPPING:
+        parser.error(f"argument --num-bits: only with --env {BIT_FLIPPING}, got --env {args.env}")
+    if not args.her:
+        changed = [
+            flag
+            for flag, value, default in (
+                ("--her-strategy", args.her_strategy, Config.her_strategy),
+                ("--relabel-fraction", args.relabel_fraction, Config.relabel_fraction),
+                ("--her-horizon", args.her_horizon, None),
+            )
+            if value != default
+        ]
+        if changed:
+            parser.error(f"argument {changed[0]}: only with --her")
+    elif args.replay_server or args.n_step > 1 or "prioritized" in args.buffer:
+        received = (
+            "--replay-server" if args.replay_server else "--n-step" if args.n_step > 1 else f"--buffer {args.buffer}"
+        )
+        parser.error(
+            f"argument --her: expected a local uniform buffer (tf_uniform or py_uniform) and one-step "
+            f"transitions, got {received}"
         )
     if args.replay_server:
         if args.starter_buffer:
@@ -219,6 +288,7 @@ import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known sta
 
 # isort: split
 import _common  # noqa: E402
+import gymnasium  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tf_agents.agents.dqn import dqn_agent  # noqa: E402
 from tf_agents.drivers import dynamic_episode_driver, dynamic_step_driver  # noqa: E402
@@ -244,6 +314,7 @@ class Result:
     returns: list[float]
     final_return: float
     best_return: float
+    success_rates: list[float] | None  # per evaluation, on a goal-conditioned environment (else None)
     frames_in_buffer: int
     frames_from_starter: int
     frames_collected: int
@@ -255,10 +326,66 @@ class Result:
     summary_json: str
 
 
-def _evaluate(driver_run: Any, metric: Any) -> float:
+def _evaluate(driver_run: Any, metric: Any, successes: _Successes) -> float:
     metric.reset()
+    successes.reset()
     driver_run()
     return float(metric.result().numpy())
+
+
+class _Successes:
+    """A driver observer counting episodes, and those that terminated (reached their goal, on a goal task)."""
+
+    def __init__(self) -> None:
+        self.episodes = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.terminated = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def __call__(self, trajectory: Any) -> Any:
+        ended = trajectory.is_last()  # the transition into an episode's LAST step: discount 0 if it terminated
+        self.episodes.assign_add(tf.reduce_sum(tf.cast(ended, tf.int64)))
+        return self.terminated.assign_add(tf.reduce_sum(tf.cast(ended & (trajectory.discount == 0), tf.int64)))
+
+    def reset(self) -> None:
+        self.episodes.assign(0)
+        self.terminated.assign(0)
+
+    def rate(self) -> float:
+        """The share of the episodes counted since `reset` that terminated."""
+        return float(self.terminated.numpy()) / max(int(self.episodes.numpy()), 1)
+
+
+def _her_dataset(buffer: Any, config: Config, make_kwargs: dict[str, Any], segment: int) -> tf.data.Dataset:
+    """`tfbuffers.her_dataset` for `config`, rewarding with the environment's own `compute_reward`."""
+    goal_env = gymnasium.make(config.env, **make_kwargs)
+    compute_reward = getattr(goal_env.unwrapped, "compute_reward", None)
+    observation = goal_env.observation_space
+    if (
+        compute_reward is None
+        or not isinstance(observation, gymnasium.spaces.Dict)
+        or "desired_goal" not in observation.spaces
+    ):
+        raise ValueError(
+            f"--her: expected a goal-conditioned environment (a dict observation with achieved_goal and "
+            f"desired_goal, and compute_reward), got --env {config.env}"
+        )
+    limit = goal_env.spec.max_episode_steps if goal_env.spec is not None else None
+    horizon = config.her_horizon or getattr(goal_env.unwrapped, "max_steps", None) or limit
+    if horizon is None:
+        raise ValueError(f"--her-horizon: expected a value: --env {config.env} has no episode limit to take it from")
+    if horizon + 1 > segment:
+        raise ValueError(
+            f"--her-horizon: expected windows of {horizon + 1} frames to fit a segment of --replay-capacity / "
+            f"--num-envs = {segment} frames"
+        )
+    return tfbuffers.her_dataset(
+        buffer,
+        config.batch_size,
+        horizon=horizon,
+        reward_fn=tfbuffers.her.numpy_reward(compute_reward),
+        strategy=config.her_strategy,
+        relabel_fraction=config.relabel_fraction,
+        seed=config.seed,
+    )
 
 
 def seed_everything(seed: int) -> None:
@@ -283,10 +410,21 @@ def train(config: Config) -> Result:
         starter_metadata = _common.read_starter_metadata(pathlib.Path(config.starter_buffer))
         num_envs = starter_metadata["batch_size"]  # the buffer's segments are the collecting environments
 
-    env = load_gymnasium(config.env, num_envs=num_envs, seed=config.seed, tf_environment=True)
-    eval_env = load_gymnasium(config.env, seed=config.seed + 10_000, tf_environment=True)
+    make_kwargs = {} if config.num_bits is None else {"num_bits": config.num_bits}
+    env = load_gymnasium(config.env, num_envs=num_envs, seed=config.seed, tf_environment=True, **make_kwargs)
+    eval_env = load_gymnasium(config.env, seed=config.seed + 10_000, tf_environment=True, **make_kwargs)
+    goal_conditioned = isinstance(env.observation_spec(), dict) and "desired_goal" in env.observation_spec()
 
-    q_net = q_network.QNetwork(env.observation_spec(), env.action_spec(), fc_layer_params=config.fc_layers)
+    # A dict of observations (a goal-conditioned environment's) enters the Q-network concatenated.
+    combiner = None
+    if isinstance(env.observation_spec(), dict):
+        combiner = tf.keras.layers.Lambda(lambda parts: tf.concat(tf.nest.flatten(parts), axis=-1))
+    q_net = q_network.QNetwork(
+        env.observation_spec(),
+        env.action_spec(),
+        preprocessing_combiner=combiner,
+        fc_layer_params=config.fc_layers,
+    )
     train_step = tf.Variable(0, dtype=tf.int64, trainable=False)
     agent = dqn_agent.DqnAgent(
         env.time_step_spec(),
@@ -344,8 +482,9 @@ def train(config: Config) -> Result:
     )
     collect = tf.function(collect_driver.run)
     average_return = tf_metrics.AverageReturnMetric(buffer_size=config.eval_episodes)
+    successes = _Successes()
     eval_driver = dynamic_episode_driver.DynamicEpisodeDriver(
-        eval_env, agent.policy, observers=[average_return], num_episodes=config.eval_episodes
+        eval_env, agent.policy, observers=[average_return, successes], num_episodes=config.eval_episodes
     )
     evaluate = tf.function(eval_driver.run)
 
@@ -354,6 +493,8 @@ def train(config: Config) -> Result:
     # ahead, with prefetch or parallel calls, would race the collector.)
     if shards:  # actors in other processes add: a run with a replay server is not repeatable
         dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed).prefetch(3)
+    elif config.her:  # transitions relabeled with goals their episodes reached
+        dataset = _her_dataset(buffer, config, make_kwargs, max(config.replay_capacity // num_envs, 2))
     elif config.n_step > 1:  # windows of n + 1 frames become n-step transitions, cut at episode ends
         windows = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=config.n_step + 1)
         dataset = tfbuffers.n_step_dataset(windows, config.gamma)
@@ -369,7 +510,8 @@ def train(config: Config) -> Result:
         )
         publisher.save(checkpoint_number=0)
 
-    iterations, returns = [0], [_evaluate(evaluate, average_return)]
+    iterations, returns = [0], [_evaluate(evaluate, average_return, successes)]
+    success_rates = [successes.rate()]
     time_step, policy_state = env.reset(), collect_driver.policy.get_initial_state(env.batch_size)
     loss = float("nan")
     priority_updates = 0
@@ -387,8 +529,10 @@ def train(config: Config) -> Result:
             publisher.save(checkpoint_number=iteration)
         if iteration % config.eval_interval == 0 or iteration == config.num_iterations:
             iterations.append(iteration)
-            returns.append(_evaluate(evaluate, average_return))
-            bar.set_postfix(avg_return=f"{returns[-1]:.1f}", loss=f"{loss:.3g}")
+            returns.append(_evaluate(evaluate, average_return, successes))
+            success_rates.append(successes.rate())
+            postfix = {"avg_return": f"{returns[-1]:.1f}", "loss": f"{loss:.3g}"}
+            bar.set_postfix(postfix | ({"success": f"{success_rates[-1]:.2f}"} if goal_conditioned else {}))
 
     curve_png = output_dir / "learning_curve.png"
     _plot(iterations, returns, config, curve_png)
@@ -397,6 +541,7 @@ def train(config: Config) -> Result:
         returns=returns,
         final_return=returns[-1],
         best_return=max(returns),
+        success_rates=success_rates if goal_conditioned else None,
         frames_in_buffer=sum(int(shard.num_frames()) for shard in shards or [buffer]),
         frames_from_starter=frames_from_starter,
         frames_collected=int(frames_collected.numpy()),
@@ -464,7 +609,8 @@ def buffer_label(config: Config) -> str:
         return f"tfbuffers RayReplayBuffer at {config.replay_server}"
     if config.replay_server:
         return f"tfbuffers Reverb tables at {config.replay_server}"
-    return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "")
+    her = f", hindsight goals ({config.her_strategy}, {config.relabel_fraction:g} relabeled)" if config.her else ""
+    return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "") + her
 
 
 def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
@@ -493,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         f"DQN on {config.env} with {buffer_label(config)}: average return {result.final_return:.1f} "
         f"(best {result.best_return:.1f}) after {result.train_steps} train steps in {result.seconds:.0f} s; "
         f"{result.frames_in_buffer} frames in the buffer ({result.frames_from_starter} from the starter buffer)."
+        + (f" Success rate {result.success_rates[-1]:.2f}." if result.success_rates is not None else "")
     )
     print(f"Learning curve: {result.curve_png}; summary: {result.summary_json}")
     return 0

@@ -34,6 +34,7 @@ tf_agents_examples = load_script("tf_agents_examples")
 replay_server = load_script("replay_server")
 collect = load_script("collect")
 compare_runs = load_script("compare_runs")
+her_bit_flipping = load_script("her_bit_flipping")
 
 NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra")
 NEEDS_REVERB = pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
@@ -77,8 +78,17 @@ def assert_refused(capsys, parse, argv, message):
                 "--backend",
                 "--policy-dir",
                 "--policy-interval",
+                "--num-bits",
+                "--her",
+                "--her-strategy",
+                "--relabel-fraction",
+                "--her-horizon",
                 "--no-progress",
             },
+        ),
+        (
+            "her_bit_flipping",
+            {"--bits", "--seeds", "--num-iterations", "--eval-episodes", "--quick", "--output-dir", "--no-progress"},
         ),
         (
             "populate_starter_buffer",
@@ -160,6 +170,7 @@ def test_help_documents_every_flag(script, flags, capsys):
         "tf_agents_examples": tf_agents_examples,
         "replay_server": replay_server,
         "collect": collect,
+        "her_bit_flipping": her_bit_flipping,
     }
     module = scripts[script]
     parser = module.build_parser()
@@ -193,6 +204,49 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
     assert pathlib.Path(result.curve_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(pathlib.Path(result.summary_json).read_text())
     assert summary["config"]["buffer"] == buffer and summary["result"]["train_steps"] == 200
+    assert result.success_rates is None  # CartPole has no goal
+
+
+@pytest.mark.parametrize("her", [False, True])
+def test_a_short_bit_flipping_run_counts_its_successes(her, tmp_path):
+    config = train_dqn.parse_args(["--num-bits", "4", "--output-dir", str(tmp_path), "--no-progress"] + ["--her"] * her)
+    from tfbuffers.envs import BIT_FLIPPING_ID
+
+    assert config.env == "tfbuffers/BitFlipping-v0" == BIT_FLIPPING_ID
+    config = dataclasses.replace(
+        config, num_iterations=100, initial_collect_frames=100, eval_interval=50, eval_episodes=4, replay_capacity=500
+    )
+    result = train_dqn.train(config)
+    assert result.train_steps == 100 and np.isfinite(result.last_loss)
+    assert len(result.success_rates) == 3 and all(rate in (0.0, 0.25, 0.5, 0.75, 1.0) for rate in result.success_rates)
+    # An episode of 4 bits lasts 1 to 4 steps: its return is -(steps - 1) if it reached its goal, else -4.
+    assert all(-4.0 <= value <= 0.0 for value in result.returns)
+    summary = json.loads(pathlib.Path(result.summary_json).read_text())
+    assert summary["config"]["her"] is her and summary["result"]["success_rates"] == result.success_rates
+
+
+def test_her_on_an_environment_without_goals_is_refused(tmp_path):
+    config = train_dqn.Config(
+        env="CartPole-v1", her=True, num_iterations=1, initial_collect_frames=10, output_dir=str(tmp_path)
+    )
+    with pytest.raises(ValueError) as raised:
+        train_dqn.train(dataclasses.replace(config, progress=False))
+    assert str(raised.value) == (
+        "--her: expected a goal-conditioned environment (a dict observation with achieved_goal and desired_goal, "
+        "and compute_reward), got --env CartPole-v1"
+    )
+
+
+def test_the_her_comparison_writes_its_table_and_figure(tmp_path):
+    assert her_bit_flipping.main(["--quick", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "her.json").read_text())
+    runs = [(run["bits"], run["her"], run["seed"]) for run in results["runs"]]
+    assert runs == [(3, False, 0), (3, True, 0), (4, False, 0), (4, True, 0)]
+    assert all(len(run["success_rates"]) == 6 and 0 <= run["success_rates"][-1] <= 1 for run in results["runs"])
+    table = (tmp_path / "her.md").read_text().splitlines()
+    assert table[2] == "| n (bits) | DQN: final success rate (mean; per seed) | DQN + HER (future, 0.8) |"
+    assert [line.split(" | ")[0] for line in table[4:]] == ["| 3", "| 4"]
+    assert (tmp_path / "her.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_short_n_step_dqn_run_trains_on_n_step_transitions(tmp_path):
@@ -539,6 +593,25 @@ def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsy
         ),
         (["--fc-layers", "100,0"], "argument --fc-layers: expected a positive int, got 0"),
         (["--learning-rate", "0"], "argument --learning-rate: expected a positive number, got 0.0"),
+        (["--num-bits", "0"], "argument --num-bits: expected a positive int, got 0"),
+        (
+            ["--num-bits", "5", "--env", "CartPole-v1"],
+            "argument --num-bits: only with --env tfbuffers/BitFlipping-v0, got --env CartPole-v1",
+        ),
+        (["--relabel-fraction", "0.5"], "argument --relabel-fraction: only with --her"),
+        (["--her-strategy", "final"], "argument --her-strategy: only with --her"),
+        (["--her", "--relabel-fraction", "2"], "argument --relabel-fraction: expected a number in [0, 1], got 2"),
+        (["--her", "--her-strategy", "random"], "argument --her-strategy: invalid choice: 'random'"),
+        (
+            ["--her", "--buffer", "tf_prioritized"],
+            "argument --her: expected a local uniform buffer (tf_uniform or py_uniform) and one-step transitions, "
+            "got --buffer tf_prioritized",
+        ),
+        (
+            ["--her", "--n-step", "3"],
+            "argument --her: expected a local uniform buffer (tf_uniform or py_uniform) and one-step transitions, "
+            "got --n-step",
+        ),
     ],
 )
 def test_train_dqn_refuses_bad_numbers(capsys, argv, message):
@@ -663,7 +736,7 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 SCRIPT_NAMES = ["train_dqn", "populate_starter_buffer", "benchmark", "soak", "tf_agents_examples", "replay_server"]
-SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs"]
+SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs", "her_bit_flipping"]
 BAD_ARGUMENTS = {
     "train_dqn": (["--num-envs", "0"], "argument --num-envs: expected a positive int, got 0"),
     "populate_starter_buffer": (
@@ -680,6 +753,7 @@ BAD_ARGUMENTS = {
     "collect": (["--replay-server", "h:1", "--epsilon", "2"], "argument --epsilon: expected a number in [0, 1], got"),
     "tf_agents_tests": (["--buffers", "reverb"], "argument --buffers: invalid choice: 'reverb'"),
     "compare_runs": (["run", "--output", "a.png"], "argument LABEL=PATH: expected a label, '=' and a path, got 'run'"),
+    "her_bit_flipping": (["--bits", "4,0"], "argument --bits: expected positive ints, got [4, 0]"),
 }
 
 
