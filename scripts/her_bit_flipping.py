@@ -8,7 +8,7 @@ script trains `scripts/train_dqn.py`'s DQN on `tfbuffers/BitFlipping-v0` for eac
 greedy episodes that reached their goal) as a table (her.md), a JSON and a figure
 of success rate against n (her.png) to --output-dir.
 
-    python scripts/her_bit_flipping.py                    # n = 5, 10, 15, 20; 3 seeds: about 45 minutes on 2 cores
+    python scripts/her_bit_flipping.py                    # n = 5, 10, 15, 20; 3 seeds: about 40 minutes on 2 cores
     python scripts/her_bit_flipping.py --quick            # n = 3, 4; 1 seed; a few hundred iterations
 """
 

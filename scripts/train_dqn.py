@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--her-horizon",
         type=_args.positive_int,
         default=None,
-        help="--her: frames after a transition that goals come from (default: the environment's episode limit)",
+        help="--her: frames after a transition that goals come from; None: the environment's episode limit",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
