@@ -45,6 +45,7 @@ def test_buffer_info_has_tf_agents_fields():
 def test_public_names():
     from tfbuffers import (
         frames,
+        her,
         manager,
         n_step,
         prioritized,
@@ -74,11 +75,13 @@ def test_public_names():
         "TFPrioritizedReplayBuffer",
         "TFUniformReplayBuffer",
         "from_config",
+        "her_dataset",
         "importance_weights",
         "load",
         "n_step_dataset",
         "n_step_transitions",
         "open",
+        "relabel_windows",
         "sharded_dataset",
     ]
     # Each name is the object its module defines, not a stand-in.
@@ -99,6 +102,8 @@ def test_public_names():
     assert tfbuffers.PyHashedReplayBuffer is py_hashed_replay_buffer.PyHashedReplayBuffer
     assert tfbuffers.n_step_dataset is n_step.n_step_dataset
     assert tfbuffers.n_step_transitions is n_step.n_step_transitions
+    assert tfbuffers.her_dataset is her.her_dataset
+    assert tfbuffers.relabel_windows is her.relabel_windows
     # And the two functions of its own: they build a local buffer of the class a file or config names.
     assert tfbuffers.load.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
 
