@@ -29,7 +29,7 @@ paper's `k = 4` future goals per transition is a fraction of 0.8). A relabeled
 window gets the new goal in every frame of its episode and the rewards of those
 frames recomputed by `reward_fn`; frames of other episodes, the last frame's
 reward (its next state is outside the window), discounts and step types are left
-as stored, as the paper and Stable-Baselines3's `HerReplayBuffer` leave them.
+as stored (Stable-Baselines3's `HerReplayBuffer` keeps its stored episode ends too).
 
 Sample windows that may cross episode boundaries (a buffer without
 `episode_boundaries`; `her_dataset` refuses one with them): a buffer with
