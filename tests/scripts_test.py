@@ -210,9 +210,11 @@ def test_short_dqn_run_end_to_end(buffer, tmp_path):
 @pytest.mark.parametrize("her", [False, True])
 def test_a_short_bit_flipping_run_counts_its_successes(her, tmp_path):
     config = train_dqn.parse_args(["--num-bits", "4", "--output-dir", str(tmp_path), "--no-progress"] + ["--her"] * her)
+    import tfbuffers
     from tfbuffers.envs import BIT_FLIPPING_ID
 
     assert config.env == "tfbuffers/BitFlipping-v0" == BIT_FLIPPING_ID
+    assert train_dqn.HER_STRATEGIES == tfbuffers.her.STRATEGIES  # named before TensorFlow is imported
     config = dataclasses.replace(
         config, num_iterations=100, initial_collect_frames=100, eval_interval=50, eval_episodes=4, replay_capacity=500
     )
