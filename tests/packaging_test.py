@@ -25,7 +25,10 @@ from packaging.requirements import Requirement
 
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 
-EXTRAS_PACKAGES = ["safetensors", "tf_agents", "reverb", "ray", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras"]
+EXTRAS_PACKAGES = [
+    "safetensors", "tf_agents", "reverb", "ray", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras",
+    "tensorflow_datasets", "minari",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,7 @@ def test_the_wheel_and_sdist_carry_the_license_the_typing_marker_and_the_classif
     assert sorted(Requirement(requirement).name for requirement in core) == ["numba", "numpy", "tensorflow"]
     # Extra names that the pip of Python 3.12's venv matches (it compares them unnormalized).
     assert sorted(metadata.get_all("Provides-Extra")) == [
-        "agents", "all", "dev", "files", "gymnasium", "ray", "reverb", "scripts", "test"
+        "agents", "all", "dev", "files", "gymnasium", "offline", "ray", "reverb", "scripts", "test"
     ]  # fmt: skip
 
 
@@ -101,8 +104,14 @@ def link_distributions(distributions: list[importlib.metadata.Distribution], int
             target.symlink_to(site / top)
 
 
-def wheel_venv(built: dict[str, pathlib.Path], tmp_path: pathlib.Path, extra: str | None = None) -> pathlib.Path:
-    """A fresh venv holding the wheel and what pip would resolve for its core (and `extra`'s) requirements."""
+def wheel_venv(
+    built: dict[str, pathlib.Path], tmp_path: pathlib.Path, *extras: str, also: tuple[str, ...] = ()
+) -> pathlib.Path:
+    """A fresh venv holding the wheel and what pip would resolve for its core (and `extras`') requirements.
+
+    `also`: distributions added without their dependencies (TF-Agents past Python 3.11, which the README installs
+    with --no-deps).
+    """
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
@@ -113,9 +122,10 @@ def wheel_venv(built: dict[str, pathlib.Path], tmp_path: pathlib.Path, extra: st
         requirement = Requirement(text)
         if "extra ==" not in text:
             requirements.append(text)
-        elif extra is not None and requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+        elif requirement.marker is not None and any(requirement.marker.evaluate({"extra": extra}) for extra in extras):
             requirements.append(f"{requirement.name}{requirement.specifier}")  # the extra's, as pip resolves them
-    link_distributions(dependency_closure(requirements), tmp_path / "dependencies")
+    without_dependencies = [importlib.metadata.distribution(name) for name in also]
+    link_distributions(dependency_closure(requirements) + without_dependencies, tmp_path / "dependencies")
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
@@ -176,7 +186,7 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
 
 
 def test_the_wheel_with_the_ray_extra_runs_a_ray_buffer_on_a_local_cluster(built, tmp_path):
-    python = wheel_venv(built, tmp_path, extra="ray")
+    python = wheel_venv(built, tmp_path, "ray")
     others = [name for name in EXTRAS_PACKAGES if name != "ray"]
     script = textwrap.dedent(
         f"""
@@ -209,4 +219,51 @@ def test_the_wheel_with_the_ray_extra_runs_a_ray_buffer_on_a_local_cluster(built
         "[3, 1] [2, 3, 7]",  # segment 0: the writer's 0..3 and the buffer's 7, the newest 3 kept
         "(5, 2) [0.5]",  # its 2 windows; segment 1's one frame makes none
         "4",
+    ]
+
+
+def test_the_wheel_with_the_offline_and_agents_extras_round_trips_rlds_and_minari(built, tmp_path):
+    also = ("tf-agents",) if sys.version_info >= (3, 12) else ()  # the README's `pip install --no-deps tf-agents`
+    python = wheel_venv(built, tmp_path, "offline", "agents", also=also)
+    others = ["safetensors", "reverb", "ray", "matplotlib"]
+    script = textwrap.dedent(
+        f"""
+        import importlib.util
+        print("other extras absent:", all(importlib.util.find_spec(name) is None for name in {others!r}))
+        import setuptools  # its distutils shim, which its .pth (not linked here) loads in an installed venv
+        import numpy as np
+        import tensorflow as tf
+        from tf_agents.trajectories import trajectory
+        import tfbuffers
+        from tfbuffers import offline
+        spec = trajectory.Trajectory(
+            tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64), (),
+            tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
+        buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=10)
+        for t, (step_type, discount) in enumerate(zip([0, 1, 2, 0, 1], [1, 0, 1, 1, 1])):
+            buffer.add_batch(trajectory.Trajectory(
+                np.int32([step_type]), np.float32([[t, -t]]), np.int64([t]), (), np.int32([[1, 2, 0, 1, 1][t]]),
+                np.float32([t]), np.float32([discount])))
+        print(offline.to_rlds(buffer, {str(tmp_path / "rlds")!r}))
+        print(offline.to_minari(buffer, "wheel/test-v0", description="from the wheel"))
+        for source in ({str(tmp_path / "rlds")!r}, "minari"):
+            target = tfbuffers.TFUniformReplayBuffer(spec, batch_size=1, max_length=10)
+            (offline.from_minari(target, "wheel/test-v0") if source == "minari" else offline.from_rlds(target, source))
+            frames = target.gather_all()
+            print(np.asarray(frames.step_type).tolist(), np.asarray(frames.discount).tolist())
+        """
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "MINARI_DATASETS_PATH"}
+    environment["MINARI_DATASETS_PATH"] = str(tmp_path / "minari")
+    run = subprocess.run(
+        [str(python), "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env=environment,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert run.stdout.splitlines() == [
+        "other extras absent: True",
+        "Converted(episodes=1, frames=3, left_out_frames=2)",
+        "Converted(episodes=1, frames=3, left_out_frames=2)",
+        "[[0, 1, 2]] [[1.0, 0.0, 1.0]]",
+        "[[0, 1, 2]] [[1.0, 0.0, 1.0]]",
     ]

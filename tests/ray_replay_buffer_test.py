@@ -578,3 +578,40 @@ def test_the_module_alone_imports_ray():
         path.name for path in sources.glob("*.py") if "import ray" in path.read_text() and path.name != "__init__.py"
     )
     assert importers == ["ray_replay_buffer.py"]
+
+
+def test_offline_datasets_fill_a_ray_buffer_and_are_written_from_one(tmp_path, monkeypatch):
+    from tf_agents.trajectories import trajectory
+
+    from tfbuffers import offline
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    scalar = tf.TensorSpec([], tf.float32)
+    spec = trajectory.Trajectory(
+        tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64), (),
+        tf.TensorSpec([], tf.int32), scalar, scalar,
+    )  # fmt: skip
+    step_types, discounts = [0, 1, 2, 0, 2, 0], [1, 0, 1, 1, 1, 1]  # terminated, truncated, running
+    local = PyUniformReplayBuffer(spec, batch_size=1, max_length=10)
+    for t, (step_type, discount) in enumerate(zip(step_types, discounts)):
+        next_type = (step_types + [1])[t + 1]
+        local.add_batch(
+            trajectory.Trajectory(
+                np.int32([step_type]), np.float32([[t, -t]]), np.int64([t]), (), np.int32([next_type]),
+                np.float32([t / 2]), np.float32([discount]),
+            )
+        )  # fmt: skip
+    offline.to_rlds(local, tmp_path / "rlds")
+    buffer = RayReplayBuffer(spec, batch_size=1, max_length=10, name="offline")
+    assert offline.from_rlds(buffer, tmp_path / "rlds") == offline.Converted(2, 5, 0)
+    expected = tf.nest.map_structure(lambda leaf: np.asarray(leaf)[0, :5], local.gather_all())
+    received = buffer.gather_segment(0)
+    for got, want in zip(tf.nest.flatten(received), tf.nest.flatten(expected)):
+        np.testing.assert_array_equal(got, want)
+    # And out of the Ray buffer: the same two episodes, through Minari into a local buffer.
+    assert offline.to_minari(buffer, "ray/offline-v0", description="from a Ray buffer") == offline.Converted(2, 5, 0)
+    target = PyUniformReplayBuffer(spec, batch_size=1, max_length=10)
+    offline.from_minari(target, "ray/offline-v0")
+    for got, want in zip(tf.nest.flatten(target.gather_all()), tf.nest.flatten(local.gather_all())):
+        np.testing.assert_array_equal(np.asarray(got)[0], np.asarray(want)[0, :5])
+    buffer.close()
