@@ -144,6 +144,23 @@ def check_save_load_and_episodes(namespace: dict[str, Any], printed: str, figure
     assert len(figures) == 3
 
 
+def check_offline_and_hindsight(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
+    written, filled = namespace["written_rlds"], namespace["filled"]
+    assert written == namespace["written_minari"] and written.episodes >= 50  # random CartPole: ~22 steps each
+    assert written.frames + written.left_out_frames == namespace["DATASET_FRAMES"] == 2_000
+    assert filled == (written.episodes, written.frames, 0) and namespace["identical"] is True
+    assert f"{written.episodes} episodes; the first:" in printed and "is_terminal at" in printed
+    assert "environment: CartPole-v1" in printed
+    assert namespace["offline_iterations"] == [0, 40, 80, 120, 160, 200]
+    assert all(1.0 <= value <= 500.0 for value in namespace["offline_returns"])  # CartPole-v1 returns
+    curves = namespace["curves"]
+    assert sorted(curves) == ["DQN", "DQN + HER (future, 0.8)"]
+    for curve in curves.values():
+        assert [iteration for iteration, _ in curve] == [0, 40, 80, 120, 160, 200]
+        assert all(rate in {k / 20 for k in range(21)} for _, rate in curve)  # shares of 20 episodes
+    assert len(figures) == 2
+
+
 def check_performance(namespace: dict[str, Any], printed: str, figures: list[pathlib.Path]) -> None:
     results = json.loads((pathlib.Path("benchmark") / "results.json").read_text())
     assert results["quick"] and sorted(results["systems"]) == sorted(namespace["SYSTEMS"].split(","))
@@ -197,6 +214,7 @@ NOTEBOOKS = {
     "prioritized_replay.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_prioritized_replay),
     "reverb_and_scaling.ipynb": Notebook(EITHER_INSTALL.splitlines(), check_reverb_and_scaling, SCALING_BACKENDS),
     "save_load_and_episodes.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_save_load_and_episodes),
+    "offline_and_hindsight.ipynb": Notebook(COLAB_INSTALL.splitlines(), check_offline_and_hindsight),
     "performance.ipynb": Notebook([*COLAB_INSTALL.splitlines(), CLONE], check_performance),
 }
 
