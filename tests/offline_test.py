@@ -251,6 +251,18 @@ def test_a_field_of_another_dtype_or_shape_is_refused_before_anything_is_added(i
     assert int(buffer.num_frames()) == 0
 
 
+def test_steps_without_the_rlds_flags_are_refused_naming_the_flag():
+    no_flags = rlds_episodes([(3, True)]).map(
+        lambda episode: {"steps": episode["steps"].map(lambda step: {k: v for k, v in step.items() if k != "is_last"})}
+    )
+    buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=1, max_length=20)
+    with pytest.raises(
+        ValueError, match=r"^steps/is_last: expected the RLDS episode flag \(a bool scalar\), got none$"
+    ):
+        offline.from_rlds(buffer, no_flags)
+    assert int(buffer.num_frames()) == 0
+
+
 @pytest.mark.parametrize(
     ("episodes", "message"),
     [

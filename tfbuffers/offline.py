@@ -6,15 +6,15 @@ TF-Agents' drivers write them: a FIRST frame, MID frames and a LAST frame whose
 there, and the reward and discount that action got; an episode that terminated
 has discount 0 on the frame before its LAST one, a truncated one keeps its
 discount there. The LAST frame's action, reward and discount belong to the
-transition into the next episode, which nothing trains on (0 and 1 from a
-driver).
+transition into the next episode, which nothing trains on (a driver stores
+reward 0 and discount 1 there).
 
 * **RLDS** (`to_rlds`, `from_rlds`): one RLDS step per frame (`observation`,
   `action`, `reward`, `discount`, `is_first` on FIRST, `is_last` on LAST,
   `is_terminal` on the LAST step of an episode that terminated), plus the frame's
   `policy_info` as a step field when the spec has one. `to_rlds` writes a TFDS
-  dataset directory that `tfds.builder_from_directory(directory)` opens (split
-  `"train"`), as envlogger's TFDS backend does. `from_rlds` reads such a
+  dataset directory (through TFDS's `SequentialWriter`) that
+  `tfds.builder_from_directory(directory)` opens (split `"train"`). `from_rlds` reads such a
   directory or any `tf.data.Dataset` of RLDS episodes (`{"steps": Dataset}`, as
   the TFDS catalog's D4RL, RL Unplugged and Robomimic datasets come), reading
   only the step fields above (others are not stored), and gives a terminal
@@ -100,6 +100,7 @@ NOT_EPISODES = (
     "episodes: expected a tf.data.Dataset of RLDS episodes (each a dict holding a 'steps' dataset) or a TFDS "
     "directory, got {received}"
 )
+NO_FLAGS = "steps/{key}: expected the RLDS episode flag (a bool scalar), got {received}"
 MISSING_FIELD = "{path}: expected a field matching the buffer's {field} ({expected}), got none"
 WRONG_FIELD = "{path}: expected {expected} (the buffer's {field}), got {received}"
 BAD_FLAGS = (
@@ -430,7 +431,12 @@ def to_rlds(
 
 
 def _check_step_spec(step_spec: Any, fields: Sequence[specs.Field]) -> None:
-    """Refuses steps whose fields differ from the buffer's; the step types are made, not read."""
+    """Refuses steps whose fields differ from the buffer's; the step types are made from the flags."""
+    for key in ("is_first", "is_last"):
+        flag = step_spec.get(key) if isinstance(step_spec, Mapping) else None
+        if not isinstance(flag, tf.TensorSpec) or flag.dtype != tf.bool or flag.shape != ():
+            received = "none" if flag is None else str(flag)
+            raise ValueError(NO_FLAGS.format(key=key, received=received))
     for field in fields:
         role = _role(field.path)
         if role in ("step_type", "next_step_type"):
