@@ -111,6 +111,32 @@ def test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again(m
     assert int(buffer.num_frames()) == 6
 
 
+def test_a_prioritized_draw_of_a_row_an_add_is_still_writing_is_read_again(monkeypatch):
+    # An add gives its rows the largest priority in the same step as it writes them, before its counter moves.
+    # Caught there, a ring not yet full has a row that sampling by priority can draw and that the counter does
+    # not count: its fields may be half written. Every such read is torn, so reads give up (READ_BUSY); once
+    # the add's counter moves, they read the whole row.
+    monkeypatch.setattr(tfbuffers._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    buffer = make("tf_prioritized", max_length=4)
+    buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
+    buffer.update_priorities(tf.constant([0, 1, 2], tf.int64), tf.constant([1e-9] * 3))  # the next rows dominate
+    rows = tf.constant([3, 4, 5], tf.int64)  # the second add's block: frames 3, 4, 5
+    buffer._priorities.added(rows)  # the add's first step; its rows and counter not written yet
+    busy = READ_BUSY.format(buffer="TFPrioritizedReplayBuffer", attempts=5)
+    in_graph = tf.function(lambda: buffer.get_next(64, 1))
+    dataset = buffer.as_dataset(64, 1)
+    for read in (lambda: buffer.get_next(64, 1), in_graph, lambda: next(iter(dataset))):
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            read()
+        assert busy in raised.value.message
+    buffer._table.write([rows] * len(buffer.fields), tf.nest.flatten(stress.frames(np.arange(3, 6, dtype=np.int64))))
+    buffer._added.assign_add(1)  # the add ends: its rows are counted
+    for read in (lambda: buffer.get_next(64, 1), in_graph, lambda: next(iter(dataset))):
+        items, info = read()
+        np.testing.assert_array_equal(stress.check_whole(items), info.ids)
+        assert set(np.asarray(info.ids).ravel().tolist()) <= {3, 4, 5}
+
+
 @pytest.mark.parametrize("kind", ["tf", "tf_prioritized"])
 def test_an_eager_gather_all_waits_for_eager_writers_as_they_wait_for_it(kind):
     # gather_all reads every row, which every add overwrites: it holds the eager writers' lock while it reads.

@@ -382,12 +382,18 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             checked[:] = [sample.valid is not True]
             validity = [sample.valid, sample.invalid_message] if checked[0] else []
             oldest = tf.reduce_min(sample.ids) // self._batch_size
+            # An add gives its rows their priority in the same step as it writes them, before the counter
+            # moves: a draw by priority can find a row the counter does not count yet, while it is written.
+            # Its id is then at or past `added` frames (a ring not yet full; in a full one it names the frame
+            # being overwritten, which the overlap check catches): read again.
+            whole = tf.reduce_max(sample.ids) < added * self._batch_size if self._priorities is not None else None
             if self._ends is not None and (num_steps or 1) > 1:
                 # The record of episode ends is read beside a concurrent add's writes: a window it lets
                 # through that crosses a boundary (or runs past the newest frame) is read again.
                 within = tf.reduce_all(_episodes.within(tf, leaves[self._step_field]))
-                stored = tf.reduce_max(sample.ids) < added * self._batch_size
-                whole = (within & stored) | tf.logical_not(sample.valid)
+                whole = within & (tf.reduce_max(sample.ids) < added * self._batch_size)
+            if whole is not None:
+                whole = whole | tf.logical_not(sample.valid)
                 oldest = tf.where(whole, oldest, tf.constant(-1 - self._max_length, tf.int64))
             return [*leaves, sample.ids, sample.probabilities, *map(tf.convert_to_tensor, validity)], oldest
 
