@@ -1,11 +1,13 @@
 # Everything from a fresh clone, on a machine that has only the Python named:
 #   make run                        set up .venv (Python 3.11, the pinned stack) and train DQN on CartPole
-#   make test                       set up .venv and run every test
+#   make test                       set up .venv and run every test, then list the 15 slowest
 #   make run  PYTHON=python3.12     the same on the current stack (newest TensorFlow, tf-keras), in .venv-current
 #   make test PYTHON=python3.12
 #   make test-fast                  the fast subset (tests not marked slow), for development
+#   make coverage                   every test on both stacks under coverage.py: line and branch coverage of tfbuffers/
+#   make mutations                  the deliberate bugs of scripts/mutations.py, each must make a test fail
 #   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
-#   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's peer, apart from TensorFlow
+#   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's Flashbax peer, apart from TensorFlow
 # A venv is set up again when setup.cfg or the stack's constraints file changes.
 PYTHON ?= python3.11
 STACK := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] == (3, 11) else "current")')
@@ -22,7 +24,7 @@ endif
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: setup run test test-fast flashbax-env
+.PHONY: setup run test test-fast coverage mutations flashbax-env
 
 setup: $(VENV)/.installed
 
@@ -37,10 +39,26 @@ run: setup
 	$(VENV)/bin/python scripts/train_dqn.py $(ARGS)
 
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Both stacks' runs combined (.coverage), the report printed and written to coverage.json. PYTHON_CURRENT names the
+# current stack's interpreter.
+PYTHON_CURRENT ?= python3.12
+coverage:
+	$(MAKE) setup PYTHON=python3.11
+	$(MAKE) setup PYTHON=$(PYTHON_CURRENT)
+	rm -f .coverage .coverage.*
+	COVERAGE_FILE=.coverage.pinned .venv/bin/python -m pytest --cov --cov-report= $(PYTEST_ARGS)
+	COVERAGE_FILE=.coverage.current .venv-current/bin/python -m pytest --cov --cov-report= $(PYTEST_ARGS)
+	.venv/bin/coverage combine --keep .coverage.pinned .coverage.current
+	.venv/bin/coverage report
+	.venv/bin/coverage json -q -o coverage.json
+
+mutations: setup
+	$(VENV)/bin/python scripts/mutations.py $(ARGS)
 
 flashbax-env: .venv-flashbax/.installed
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,11 +27,18 @@ import tfbuffers  # first: it imports TensorFlow without the start-up lines abou
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import settings
 
 import tfbuffers.kinds
 import tfbuffers.specs
 import tfbuffers.state
 import tfbuffers.storage
+
+# Hypothesis profiles (tests/fuzz_test.py, the one module that draws examples): "thorough" for `make test`, "ci"
+# for .ci/run (TFBUFFERS_HYPOTHESIS=ci: a third of the examples, new ones each run, so runs add up).
+settings.register_profile("thorough", max_examples=30)
+settings.register_profile("ci", max_examples=10)
+settings.load_profile(os.environ.get("TFBUFFERS_HYPOTHESIS", "thorough"))
 
 
 def fresh_spec() -> dict[str, Any]:
@@ -92,6 +101,7 @@ class FunctionWrapped:
         self._gather_all = tf.function(buffer.gather_all)
         self._num_frames = tf.function(buffer.num_frames)
         self._clear = tf.function(buffer.clear)
+        self._get_next: dict[tuple[Any, ...], Any] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.buffer, name)
@@ -100,7 +110,12 @@ class FunctionWrapped:
         return self._add(items)
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        return tf.function(lambda: self.buffer.get_next(sample_batch_size, num_steps, time_stacked), autograph=False)()
+        arguments = (sample_batch_size, num_steps, time_stacked)
+        # One trace for each set of arguments, as a program's function has; keyed by type too (True == 1).
+        key = tuple((type(argument), argument) for argument in arguments)
+        if key not in self._get_next:
+            self._get_next[key] = tf.function(lambda: self.buffer.get_next(*arguments), autograph=False)
+        return self._get_next[key]()
 
     def gather_all(self) -> Any:
         return self._gather_all()
@@ -358,11 +373,65 @@ def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, 
     return kind.make(spec, batch_size, max_length, **options)
 
 
+# The TF kinds' buffers of SPEC, kept on a shelf per worker process between tests: a test that asks `make_buffer`
+# for one made alike gets a kept one, cleared, instead of a new one whose every `tf.function` (the buffer's graph
+# calls, FunctionWrapped's) traces again; tracing is most of what a TF buffer's test costs. A buffer goes back on
+# the shelf only when the test that had it passed; a clear must leave it as a new one is (tests/contract_test.py
+# test_clear checks that on every kind), but for its random ops' state, which no case depends on: a draw's
+# assertions hold for any draws. `--every-combination` runs without the shelf.
+SHELVED_KINDS = ("tf", "tf_prioritized")
+_SHELF: dict[tuple[Any, ...], list[Any]] = {}
+_LENT: list[tuple[tuple[Any, ...], Any]] = []
+_SHELF_ON = [True]
+
+
+def _shelf_key(kind: str, batch_size: int, max_length: int, spec: Any, kwargs: dict[str, Any]) -> tuple | None:
+    """What a kept buffer must have been made with to be given for these arguments; None: never kept."""
+    if not _SHELF_ON[0] or spec is not SPEC or kind.rsplit("_", 1)[0] not in SHELVED_KINDS:
+        return None
+    options = tuple((name, type(value), value) for name, value in sorted(kwargs.items()))  # True == 1, not alike
+    try:
+        hash(options)
+    except TypeError:
+        return None
+    return (kind, batch_size, max_length, options)
+
+
 def make_buffer(kind: str, batch_size: int = 3, max_length: int = 5, spec: Any = SPEC, **kwargs: Any) -> Any:
     """A buffer of `kind` (`"<name>_eager"` or `"<name>_function"`), wrapped so calls run in tf.function."""
-    name, mode = kind.rsplit("_", 1)
-    buffer = make(name, spec, batch_size, max_length, **kwargs)
-    return FunctionWrapped(buffer) if mode == "function" else buffer
+    key = _shelf_key(kind, batch_size, max_length, spec, kwargs)
+    if key is not None and _SHELF.get(key):
+        buffer = _SHELF[key].pop()
+        underlying(buffer).clear()
+    else:
+        name, mode = kind.rsplit("_", 1)
+        buffer = make(name, spec, batch_size, max_length, **kwargs)
+        buffer = FunctionWrapped(buffer) if mode == "function" else buffer
+    if key is not None:
+        _LENT.append((key, buffer))
+    return buffer
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+    return report
+
+
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _shelve_tf_buffers(request: pytest.FixtureRequest) -> Any:
+    """After each test, its TF buffers back on the shelf if it passed (`make_buffer`)."""
+    _SHELF_ON[0] = not request.config.getoption("--every-combination")
+    yield
+    if request.node.stash.get(_PASSED, False):
+        for key, buffer in _LENT:
+            _SHELF.setdefault(key, []).append(buffer)
+    _LENT.clear()
 
 
 def underlying(buffer: Any) -> tfbuffers.ReplayBuffer:
@@ -422,12 +491,134 @@ SLOW_MODULES = {
 }
 
 
+# The covering design over buffer kind x execution mode x case (docs/development.md#the-covering-design). A
+# kind-mode parameter ("<kind>_eager", "<kind>_function") crosses every case with every kind in both modes. What
+# the mode changes is the execution layer of the buffer's class: TFUniformReplayBuffer's graph calls (GraphCalls
+# eagerly, the caller's trace inside tf.function) and PyUniformReplayBuffer's host bridge (tfbuffers.host). The
+# two kinds that are those classes as they are ("tf", "py") run every case in both modes. Every other kind is one
+# of them with another storage (py_frames, py_dict, py_memmap), sampler and priorities (the prioritized kinds) or
+# home (Reverb, through the same host bridge), none of which the mode reaches: each runs every case in one mode,
+# the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode) and
+# (kind, mode) pair still runs; `--every-combination` runs the whole cross product.
+CORE_KINDS = ("tf", "py")
+COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb")
+MODES = ("eager", "function")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--every-stack",
+        action="store_true",
+        help="tfbuffers: run here the long runs kept to the other stack too (conftest.py ONE_STACK)",
+    )
+    parser.addoption(
+        "--every-combination",
+        action="store_true",
+        help="tfbuffers: run every case on every buffer kind in both modes, each on a new buffer (conftest.py)",
+    )
+
+
+def kind_and_mode(item: pytest.Item) -> tuple[str, str] | None:
+    """The buffer kind and mode a test item runs on (its "<kind>_<mode>" parameter), or None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for value in params.values():
+        if isinstance(value, str) and value.endswith(tuple(f"_{mode}" for mode in MODES)):
+            name, mode = value.rsplit("_", 1)
+            if name in BUFFER_KINDS or name == REVERB_KIND.name:
+                return name, mode
+    return None
+
+
+def covered(item: pytest.Item) -> bool:
+    """Whether the covering design runs `item`: core kinds always, other kinds in the mode their case draws."""
+    found = kind_and_mode(item)
+    if found is None or found[0] not in COVERED_KINDS:
+        return True
+    name, mode = found
+    case = item.nodeid.replace(f"{name}_{mode}", "")  # the case: the test and its other parameters
+    return MODES[(zlib.crc32(case.encode()) + COVERED_KINDS.index(name)) % 2] == mode
+
+
+# The two stacks (the Makefile's rule: Python 3.11 is the pinned one). Both run the contract and unit suites whole;
+# a few long runs, which exercise nothing one stack has and the other lacks, run on one stack only (README, "Tests";
+# `--every-stack` runs them on this one too): the notebooks at full size in a kernel, the benchmark's smoke runs and
+# the Reverb-backed tests on the pinned stack; the long kill, soak and stress runs, and Ray, on the current one. A
+# key is a module, a test function ("module::function") or one of its cases ("module::function[id]"); the most
+# specific key found decides, "both" undoing a wider key.
+STACK = "pinned" if sys.version_info[:2] == (3, 11) else "current"
+ONE_STACK = {
+    "colabs_test.py::test_notebook_runs_at_full_size_in_a_kernel": "pinned",
+    # Each notebook's cells and checks at small sizes on the current stack (Colab's); on the pinned stack the
+    # kernel runs every cell at full size, and the small run only where the pinned stack adds a backend (Reverb).
+    "colabs_test.py::test_notebook_runs": "current",
+    "colabs_test.py::test_notebook_runs[reverb_and_scaling.ipynb]": "both",
+    "scripts_test.py::test_quick_benchmark_completes_and_writes_its_outputs": "pinned",  # Reverb's peers too
+    "scripts_test.py::test_the_atari_workload_stores_frame_stacks_and_compares_them": "pinned",
+    "scripts_test.py::test_a_seeded_dqn_run_repeats_exactly_and_prints_only_its_results": "pinned",
+    "concurrency_test.py": "current",
+    "memmap_test.py::test_a_writer_killed_at_random_moments_loses_no_returned_add_and_tears_nothing": "current",
+    "files_test.py::test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file": "current",
+    "files_test.py::test_saves_beside_a_writer_are_consistent_snapshots": "current",
+    "scripts_test.py::test_a_short_soak_checks_frames_and_records_memory": "current",
+    "scripts_test.py::test_the_quick_sweep_measures_every_local_kind_at_every_point": "current",
+    "scripts_test.py::test_the_her_comparison_writes_its_table_and_figure": "current",
+}
+# Tests marked `ray` (a local Ray cluster) run on the current stack, as the Reverb ones run on the pinned stack; the
+# pinned stack installs the wheel with the ray extra and runs a Ray buffer from it (tests/packaging_test.py).
+MARKER_STACK = {"ray": "current"}
+
+
+def one_stack(item: pytest.Item) -> str | None:
+    """The one stack `item` runs on (ONE_STACK, MARKER_STACK), or None for both."""
+    module = item.path.name
+    function = f"{module}::{getattr(item, 'originalname', item.name)}"
+    case = f"{module}::{item.name}"
+    for key in (case, function, module):
+        if key in ONE_STACK:
+            return None if ONE_STACK[key] == "both" else ONE_STACK[key]
+    return next((stack for marker, stack in MARKER_STACK.items() if item.get_closest_marker(marker)), None)
+
+
+# Tests that need an optional dependency, by module (the rest carry the marker themselves: the contract's and the
+# manager's Reverb cases, the scripts' and the actors' runs on a server): `pytest -m "not reverb"` and the like.
+NEEDS = {
+    "reverb": ("reverb", {"reverb_replay_buffer_test.py", "replay_server_test.py"}),
+    "ray": ("ray", {"ray_replay_buffer_test.py"}),
+    "offline": ("minari", {"offline_test.py"}),
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the slow modules' tests; skips, saying why, the docstring examples whose dependency this stack lacks."""
-    has_reverb = importlib.util.find_spec("reverb") is not None
-    skip = pytest.mark.skip(reason="dm-reverb installs on the pinned stack only (Python 3.11)")
+    """Marks slow and dependency-needing tests, skips those this stack cannot run saying why, keeps the covering design.
+
+    The docstring examples whose dependency this stack lacks are skipped too.
+    """
+    skips = {
+        marker: pytest.mark.skip(reason=f"needs the {marker} extra ({module} does not import here)")
+        for marker, (module, _) in NEEDS.items()
+        if importlib.util.find_spec(module) is None
+    }
+    if "reverb" in skips:
+        skips["reverb"] = pytest.mark.skip(reason="dm-reverb installs on the pinned stack only (Python 3.11)")
+    kept, deselected = [], []
     for item in items:
         if item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-        if not has_reverb and str(item.path).replace("\\", "/").endswith(NEEDS_REVERB):
-            item.add_marker(skip)
+        for marker, (_, modules) in NEEDS.items():
+            if item.path.name in modules:
+                item.add_marker(marker)
+        found = kind_and_mode(item)
+        if found is not None and found[0] == REVERB_KIND.name:
+            item.add_marker("reverb")
+        if str(item.path).replace("\\", "/").endswith(NEEDS_REVERB):
+            item.add_marker("reverb")
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
+        stack = one_stack(item)
+        if stack not in (None, STACK) and not config.getoption("--every-stack"):
+            item.add_marker(pytest.mark.skip(reason=f"runs on the {stack} stack only (tests/conftest.py ONE_STACK)"))
+        (kept if config.getoption("--every-combination") or covered(item) else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept

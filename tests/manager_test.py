@@ -23,10 +23,8 @@ from tfbuffers.manager import (
 SPEC = {"x": tf.TensorSpec([], tf.int64)}
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 BACKENDS = [
-    pytest.param(
-        "reverb", id="reverb", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
-    ),
-    "ray",
+    pytest.param("reverb", id="reverb", marks=pytest.mark.reverb),
+    pytest.param("ray", id="ray", marks=pytest.mark.ray),
     "local",
 ]
 
@@ -168,8 +166,8 @@ def test_without_reverb_or_ray_the_manager_is_local(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("backend", "kind"),
     [
-        pytest.param("reverb", "a Reverb table", marks=pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned")),
-        ("ray", "a RayReplayBuffer's files"),
+        pytest.param("reverb", "a Reverb table", marks=pytest.mark.reverb),
+        pytest.param("ray", "a RayReplayBuffer's files", marks=pytest.mark.ray),
     ],
 )
 def test_a_checkpoint_is_not_loaded_as_a_local_one(tmp_path, backend, kind):
@@ -238,7 +236,7 @@ with ReplayBufferManager(spec, {capacity}, pathlib.Path({directory!r}), batch_si
 """
 
 
-@pytest.mark.skipif(not HAS_REVERB, reason="dm-reverb: pinned stack only")
+@pytest.mark.reverb
 def test_a_large_reverb_checkpoint_loads_in_a_jupyter_kernel(tmp_path):
     # The Reverb notebook's hang (issue 29): Reverb logs a line per 100 chunks while its server loads a
     # checkpoint, holding the GIL; a kernel's stderr is a pipe a Python thread empties, so past about 64 KiB

@@ -75,5 +75,7 @@ def test_the_two_commands_are_make_targets_and_ci_runs_the_test_command():
     recipes = dict(re.findall(r"^([\w-]+): ?[^\n]*\n((?:\t[^\n]*\n)+)", makefile, re.MULTILINE))
     assert "scripts/train_dqn.py" in recipes["run"] and "-m pytest" in recipes["test"]
     assert '-m "not slow"' in recipes["test-fast"]
+    assert "--durations=15" in recipes["test"]  # make test ends with its 15 slowest tests
+    assert "--cov" in recipes["coverage"] and "scripts/mutations.py" in recipes["mutations"]
     ci = (CHECKOUT / ".ci" / "run").read_text()
-    assert "\nmake test\n" in ci and "\nmake test PYTHON=python3.12 " in ci
+    assert "\nmake test\n" in ci and "\nmake test PYTHON=python3.12\n" in ci

@@ -36,8 +36,8 @@ collect = load_script("collect")
 compare_runs = load_script("compare_runs")
 her_bit_flipping = load_script("her_bit_flipping")
 
-NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra")
-NEEDS_REVERB = pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+NEEDS_RAY = pytest.mark.ray  # conftest skips them where the extra is missing
+NEEDS_REVERB = pytest.mark.reverb
 
 
 def assert_refused(capsys, parse, argv, message):
@@ -275,7 +275,7 @@ def test_a_short_n_step_dqn_run_trains_on_n_step_transitions(tmp_path):
     assert summary["config"]["n_step"] == 3
 
 
-@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+@NEEDS_REVERB
 def test_the_learner_trains_from_two_prioritized_servers_and_updates_both(tmp_path):
     from scripts_test_helpers import cartpole_trajectory_spec
     from tf_agents.policies import random_tf_policy
@@ -316,7 +316,7 @@ def test_the_learner_trains_from_two_prioritized_servers_and_updates_both(tmp_pa
         assert published == ["q_network-10.index", "q_network-20.index", "q_network-30.index"]  # the newest 3
 
 
-@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+@NEEDS_REVERB
 def test_the_learner_refuses_servers_that_sample_differently():
     from scripts_test_helpers import cartpole_trajectory_spec
 
@@ -335,7 +335,7 @@ def test_the_learner_refuses_servers_that_sample_differently():
         assert str(raised.value) == expected
 
 
-@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="dm-reverb: pinned stack only")
+@NEEDS_REVERB
 def test_a_reverb_starter_buffer_is_checkpointed_refused_twice_and_loaded(tmp_path, capsys):
     from scripts_test_helpers import cartpole_trajectory_spec
 
@@ -451,12 +451,16 @@ def test_the_sweep_fits_the_growth_it_reports():
 
 
 def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
-    """A smoke run: it completes and writes what it should. Timings are never asserted."""
+    """A smoke run of every system and measure on the control workload: it completes and writes what it should.
+
+    Timings are never asserted. The atari workload runs the same code on other shapes, and frame stacks, which
+    only it has: `test_the_atari_workload_stores_frame_stacks_and_compares_them` runs those systems on it.
+    """
     missing = tmp_path / "no-flashbax"  # Flashbax's own run: test_the_benchmark_measures_flashbax_in_its_own_env
-    argv = ["--quick", "--repetitions", "1", "--output-dir", str(tmp_path), "--no-progress"]
+    argv = ["--quick", "--repetitions", "1", "--workloads", "control", "--output-dir", str(tmp_path), "--no-progress"]
     assert benchmark.main([*argv, "--flashbax-env", str(missing)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    assert set(results["workloads"]) == {"control", "atari"}
+    assert set(results["workloads"]) == {"control"}
     classes, left_out = benchmark.available_systems()  # all of them on the pinned stack; no Reverb past 3.11
     systems = {cls.name for cls in classes}
     why = f"needs its own environment {missing}, not made here (--flashbax-setup makes it)"
@@ -513,10 +517,6 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         # The variants (an option against the same buffer) run no deterministic pass and no files.
         assert set(measures["deterministic_pass"]) == {"tfbuffers TF", "TF-Agents TF", "tfbuffers py"}
         assert "tfbuffers TF episodes / tfbuffers TF" in result["ratios"]["sample_dataset"]
-        if name == "atari":
-            stacked = result["memory"]["tfbuffers py frame stacks"]["stored_bytes_per_frame"]
-            assert stacked < 0.3 * result["workload"]["payload_bytes"]
-            assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
         assert all(entry["median"] > 0 and entry["runs"] == 1 for m in measures.values() for entry in m.values())
         payload, frames = result["workload"]["payload_bytes"], result["workload"]["frames"]
         # The payload and nothing else, but each buffer's one int64 add counter (its `nbytes`).
@@ -547,6 +547,23 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     # Which stack it ran on, in the results and on the results page: the two supported stacks differ in speed.
     stack = f"Python {sys.version.split()[0]}, tensorflow {tf.__version__}, numpy {np.__version__}, tf-agents 0.19.0"
     assert stack in results["machine"] and results["machine"] in table
+
+
+def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
+    """The atari workload (stacked uint8 frames), on the systems its frame stacks are compared with."""
+    systems = "tfbuffers py,tfbuffers py frame stacks"
+    argv = ["--quick", "--repetitions", "1", "--workloads", "atari", "--systems", systems, "--actors", "0"]
+    assert benchmark.main([*argv, "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    (result,) = results["workloads"].values()
+    assert result["workload"]["name"] == "atari" and set(results["systems"]) == set(systems.split(","))
+    assert set(result["measures"]["get_next"]) == set(systems.split(","))
+    assert all(entry["median"] > 0 for m in result["measures"].values() for entry in m.values())
+    stacked = result["memory"]["tfbuffers py frame stacks"]["stored_bytes_per_frame"]
+    assert stacked < 0.3 * result["workload"]["payload_bytes"]
+    assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
+    assert "actors" not in result  # --actors 0
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(("buffer", "graph_writer"), [("py_uniform", False), ("tf_uniform", True)])
