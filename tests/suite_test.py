@@ -79,8 +79,8 @@ def test_the_covering_design_is_one_choice_per_case_on_every_worker():
     assert conftest.kind_and_mode(Item("x", Callspec({"name": "not_a_kind_eager"}))) is None
 
 
-def test_every_one_stack_key_names_a_test_that_exists():
-    for key, stack in conftest.ONE_STACK.items():
+def test_every_one_stack_and_slow_test_key_names_a_test_that_exists():
+    for key, stack in [*conftest.ONE_STACK.items(), *((key, "both") for key in conftest.SLOW_TESTS)]:
         assert stack in ("pinned", "current", "both"), key
         module, _, function = key.partition("::")
         source = (TESTS / module).read_text()
