@@ -544,11 +544,11 @@ def covered(item: pytest.Item) -> bool:
 
 
 # The two stacks (the Makefile's rule: Python 3.11 is the pinned one). Both run the contract and unit suites whole;
-# a few long runs, which exercise nothing one stack has and the other lacks, run on one stack only (README, "Tests";
-# `--every-stack` runs them on this one too): the notebooks at full size in a kernel, the benchmark's smoke runs and
-# the Reverb-backed tests on the pinned stack; the long kill, soak and stress runs, and Ray, on the current one. A
-# key is a module, a test function ("module::function") or one of its cases ("module::function[id]"); the most
-# specific key found decides, "both" undoing a wider key.
+# a few long runs, whose code is the same on both stacks (processes, threads, files, Ray), run on one stack only
+# (docs/development.md, "Tests"; `--every-stack` runs them here too): the notebooks at full size in a kernel, the
+# benchmark's smoke runs and the Reverb-backed tests on the pinned stack; the long kill, soak and stress runs, and
+# Ray, on the current one. A key is a module, a test function ("module::function") or one of its cases
+# ("module::function[id]"); the most specific key found decides, "both" undoing a wider key.
 STACK = "pinned" if sys.version_info[:2] == (3, 11) else "current"
 ONE_STACK = {
     "colabs_test.py::test_notebook_runs_at_full_size_in_a_kernel": "pinned",
