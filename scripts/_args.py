@@ -17,7 +17,7 @@ from typing import Any
 
 # tfbuffers.kinds' names of the kinds that take any data spec (_common.BUFFERS), known here without importing it
 BUFFER_KINDS = ("py_prioritized", "py_uniform", "tf_prioritized", "tf_uniform")
-REVERB_SAMPLERS = ("uniform", "prioritized")  # tfbuffers.reverb_replay_buffer.SAMPLERS' names
+REVERB_SAMPLERS = ("uniform", "prioritized")  # tfbuffers.remote.options.SAMPLERS' names
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ADDRESS = re.compile(r"[^\s:,]+:\d+")  # HOST:PORT of a replay server
 # The replay servers' engines (tfbuffers.manager.BACKENDS but "local"), each with the module it needs.

@@ -1,14 +1,18 @@
-"""Files and checkpoints written before the storage seam (issue 30) load and restore exactly.
+"""Files, checkpoints and directories written before a redesign load and restore exactly.
 
 `tests/data/before_storage_seam/` holds buffers' files and `tf.train.Checkpoint`s written by commit 753026e,
-the code before the redesign (its `make.py` says how, and which adds they hold). Each is read by today's code
-into the buffer it was, and again into a fresh buffer of the same configuration, and must hold the very frames,
-counter and priorities written, sample exactly as before, and go on adding.
+the code before the storage seam (issue 30); `tests/data/before_composition/` the same written by commit
+cbb61de, before storages, samplers and remote buffers became parts (issue 49), and memory-mapped directories
+and a Ray buffer's save and directories beside them. Each folder's `make.py` says how, and which adds they
+hold. Each is read by today's code into the buffer it was, and again into a fresh buffer of the same
+configuration, and must hold the very frames, counter and priorities written, sample exactly as before, and go
+on adding.
 """
 
 from __future__ import annotations
 
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +20,10 @@ import tensorflow as tf
 
 import tfbuffers
 
-DATA = pathlib.Path(__file__).parent / "data" / "before_storage_seam"
+FOLDERS = {  # the redesign a folder's files were written before: its files
+    "storage_seam": pathlib.Path(__file__).parent / "data" / "before_storage_seam",
+    "composition": pathlib.Path(__file__).parent / "data" / "before_composition",
+}
 SPEC = {
     "obs": tf.TensorSpec([2], tf.float32),
     "action": tf.TensorSpec([], tf.int64),
@@ -104,28 +111,75 @@ def fresh(name):
     return buffer_class(spec, **SIZE, **options)
 
 
-@pytest.mark.parametrize("name", list(FIXTURES))
-def test_a_file_written_before_the_storage_seam_loads_into_the_buffer_it_was(name):
-    buffer = tfbuffers.load(DATA / f"{name}.tfb", progress=False)
+EACH = pytest.mark.parametrize(("folder", "name"), [(folder, name) for folder in FOLDERS for name in FIXTURES])
+# The memory-mapped directories of tests/data/before_composition: their kind's fixture.
+DIRECTORIES = {
+    "py_uniform_memmap": "py_uniform",
+    "py_episodes_memmap": "py_episodes",
+    "py_prioritized_memmap": "py_prioritized",
+}
+
+
+@EACH
+def test_a_file_written_before_a_redesign_loads_into_the_buffer_it_was(folder, name):
+    buffer = tfbuffers.load(FOLDERS[folder] / f"{name}.tfb", progress=False)
     assert_holds_the_fixture(buffer, name)
     assert_goes_on(buffer, name)
 
 
-@pytest.mark.parametrize("name", list(FIXTURES))
-def test_a_file_written_before_the_storage_seam_loads_through_its_class(name):
-    buffer = FIXTURES[name][0].load(DATA / f"{name}.tfb", progress=False)
+@EACH
+def test_a_file_written_before_a_redesign_loads_through_its_class(folder, name):
+    buffer = FIXTURES[name][0].load(FOLDERS[folder] / f"{name}.tfb", progress=False)
     assert_holds_the_fixture(buffer, name)
 
 
-@pytest.mark.parametrize("name", list(FIXTURES))
-def test_a_checkpoint_written_before_the_storage_seam_restores(name):
+@EACH
+def test_a_checkpoint_written_before_a_redesign_restores(folder, name):
     buffer = fresh(name)
-    tf.train.Checkpoint(buffer=buffer).read(str(DATA / f"{name}.ckpt")).assert_consumed()
+    tf.train.Checkpoint(buffer=buffer).read(str(FOLDERS[folder] / f"{name}.ckpt")).assert_consumed()
     assert_holds_the_fixture(buffer, name)
     assert_goes_on(buffer, name)
+
+
+@pytest.mark.parametrize("directory", sorted(DIRECTORIES))
+def test_a_memory_mapped_directory_written_before_the_composition_reopens(directory, tmp_path):
+    copy = shutil.copytree(FOLDERS["composition"] / directory, tmp_path / directory)  # reopened for writing
+    buffer = tfbuffers.open(copy, seed=0)
+    assert buffer.directory == copy
+    assert_holds_the_fixture(buffer, DIRECTORIES[directory])
+    assert_goes_on(buffer, DIRECTORIES[directory])
+    buffer.close()
+
+
+@pytest.mark.ray
+def test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens(tmp_path):
+    expected = expected_contents("py_uniform")
+    saved = tfbuffers.RayReplayBuffer.load(FOLDERS["composition"] / "ray_saved", seed=0)
+    mapped = shutil.copytree(FOLDERS["composition"] / "ray_memmap", tmp_path / "ray_memmap")
+    reopened = tfbuffers.RayReplayBuffer.open(mapped, seed=0)
+    try:
+        assert (saved.sampler, reopened.sampler) == ("prioritized", "uniform")
+        for buffer in (saved, reopened):
+            assert (buffer.batch_size, buffer.max_length, int(buffer.num_frames())) == (2, 3, 6)
+            received = contents(buffer)
+            for path, values in expected.items():
+                np.testing.assert_array_equal(received[path], values, err_msg=path)
+                assert received[path].dtype == values.dtype, path
+        weights = {i: SET_PRIORITIES.get(i, 1.0) ** 0.6 for i in range(4, 10)}  # its manifest's priority_exponent
+        _, info = saved.get_next(sample_batch_size=64)
+        ids = np.asarray(info.ids).tolist()
+        assert set(ids) <= set(weights)
+        total = sum(weights.values())  # a segment by its windows' weight, then a window in it: the local buffer's
+        np.testing.assert_allclose(np.asarray(info.probabilities), [weights[i] / total for i in ids], rtol=1e-6)
+    finally:
+        saved.close()
+        reopened.close()
 
 
 def test_the_fixtures_are_those_make_py_writes():
-    # Every kind that make.py writes is read here, file and checkpoint.
-    written = {path.name.split(".")[0] for path in DATA.iterdir() if path.suffix in (".tfb", ".index")}
-    assert written == set(FIXTURES)
+    # Every kind that each make.py writes is read here: file and checkpoint, and the directories.
+    for folder, data in FOLDERS.items():
+        written = {path.name.split(".")[0] for path in data.iterdir() if path.suffix in (".tfb", ".index")}
+        assert written == set(FIXTURES), folder
+    directories = {path.name for path in FOLDERS["composition"].iterdir() if path.is_dir()}
+    assert directories == {*DIRECTORIES, "ray_saved", "ray_memmap"}

@@ -603,6 +603,7 @@ SLOW_TESTS = {
     "memmap_test.py::test_a_killed_writer_releases_the_directory",
     "memmap_test.py::test_anonymous_resident_memory_stays_under_a_tenth_of_the_stored_bytes",
     "sum_tree_test.py::test_numba_is_used_unless_switched_off",
+    "compat_test.py::test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens",  # a Ray cluster
 }
 SLOW_KINDS = ("tf_prioritized",)
 

@@ -901,7 +901,7 @@ def test_the_scripts_know_the_buffer_kinds_and_samplers_before_importing_tfbuffe
     import _args
     import _common
 
-    from tfbuffers.reverb_replay_buffer import SAMPLERS
+    from tfbuffers.remote.options import SAMPLERS
 
     assert _common.BUFFERS == _args.BUFFER_KINDS and _args.REVERB_SAMPLERS == SAMPLERS
 

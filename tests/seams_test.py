@@ -52,8 +52,8 @@ def test_foreign_underscore_reads_are_found_and_own_ones_are_not():
 
 
 def test_no_module_reads_or_writes_another_objects_underscore_attributes():
-    modules = sorted(PACKAGE.glob("*.py"))
-    found = [f"{path.name}: {read}" for path in modules for read in foreign_reads(path.read_text())]
+    modules = sorted(PACKAGE.rglob("*.py"))
+    found = [f"{path.relative_to(PACKAGE)}: {read}" for path in modules for read in foreign_reads(path.read_text())]
     assert found == []
 
 
@@ -62,6 +62,84 @@ def test_no_script_reads_or_writes_an_underscore_attribute_of_the_package_or_ten
     assert len(scripts) >= 8
     found = [f"{path.name}: {read}" for path in scripts for read in foreign_reads(path.read_text())]
     assert found == []
+
+
+def imports(package: pathlib.Path) -> dict[str, set[str]]:
+    """The package's modules (dotted names) and the package modules each imports, at its top or in a function."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        root = package.name
+        graph[name] = {module for module in found if module in modules and module not in (name, root)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_import_cycles_are_found(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg import a\n")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("def f():\n    import pkg.c\n")  # in a function: still an arrow
+    (package / "c.py").write_text("from pkg import a, d\n")
+    (package / "d.py").write_text("import os\n")
+    assert cycles(imports(package)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_no_import_cycle_in_the_package():
+    # The remote buffers' shared options and sharding live in tfbuffers.remote: Ray's module does not import
+    # Reverb's, nor Reverb's Ray's (they did, each for what the other defined).
+    graph = imports(PACKAGE)
+    assert cycles(graph) == []
+    assert "tfbuffers.reverb_replay_buffer" not in graph["tfbuffers.ray_replay_buffer"]
+    assert "tfbuffers.ray_replay_buffer" not in graph["tfbuffers.reverb_replay_buffer"]
+    assert {module for name in graph if name.startswith("tfbuffers.remote") for module in graph[name]} == {
+        "tfbuffers.remote.base",
+        "tfbuffers.replay_buffer",
+    }
+    for path in (PACKAGE / "remote").rglob("*.py"):  # nor Reverb, nor Ray: a name check needs neither
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not [name for name in names if name.split(".")[0] in ("reverb", "ray")], path
 
 
 def test_a_tf_kind_refuses_a_seed_rather_than_ignoring_it():

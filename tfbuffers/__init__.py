@@ -24,8 +24,9 @@ from tfbuffers.py_hashed_replay_buffer import PyHashedReplayBuffer
 from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.ray_replay_buffer import RayReplayBuffer, RayWriter
+from tfbuffers.remote.sharding import sharded_dataset
 from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
-from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer, sharded_dataset
+from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer
 from tfbuffers.state import BufferState
 from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer

@@ -37,8 +37,9 @@ from typing import Any
 import tensorflow as tf
 
 from tfbuffers import files, observers, prioritized, specs
+from tfbuffers.remote.options import check_sampler
 from tfbuffers.replay_buffer import ReplayBuffer, positive_int
-from tfbuffers.reverb_replay_buffer import NOT_A_SAMPLER, SAMPLERS, ReverbReplayBuffer
+from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +168,7 @@ class ReplayBufferManager:
             "stride": positive_int("stride", stride),
             "table_name": table_name,
         }
-        if sampler not in SAMPLERS:
-            raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
+        check_sampler(sampler)
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
         if backend is not None and backend not in BACKENDS:

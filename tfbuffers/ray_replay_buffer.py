@@ -31,14 +31,9 @@ import tensorflow as tf
 
 from tfbuffers import host, prioritized, sampling, specs
 from tfbuffers import state as state_lib
-from tfbuffers.replay_buffer import (
-    BufferInfo,
-    ReplayBuffer,
-    keep_alive,
-    optional_positive_int,
-    positive_int,
-)
-from tfbuffers.reverb_replay_buffer import NOT_A_SAMPLER, SAMPLERS, check_ratio
+from tfbuffers.remote.base import RemoteReplayBuffer
+from tfbuffers.remote.options import check_ratio, check_sampler
+from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -586,7 +581,7 @@ class RayHost:
             raise ValueError(f"{self._label}: the buffer is closed")
 
 
-class RayReplayBuffer(ReplayBuffer):
+class RayReplayBuffer(RemoteReplayBuffer):
     """A replay buffer hosted by a Ray actor: many processes (and machines) add, any samples.
 
     The frames live in one Ray actor, in `batch_size` segments of `max_length` frames (a
@@ -683,8 +678,7 @@ class RayReplayBuffer(ReplayBuffer):
         from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer, segment_sizes
 
         batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
-        if sampler not in SAMPLERS:
-            raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
+        sampler = check_sampler(sampler)
         priority_exponent = prioritized.check_exponent(priority_exponent)
         min_size_to_sample = optional_positive_int("min_size_to_sample", min_size_to_sample)
         ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)

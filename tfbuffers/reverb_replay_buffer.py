@@ -16,7 +16,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _noise, host, prioritized, specs
-from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer, positive_int
+from tfbuffers.remote.base import RemoteReplayBuffer
+from tfbuffers.remote.options import SAMPLERS as SAMPLERS  # shared with the Ray buffer; still importable here
+from tfbuffers.remote.options import check_ratio, check_sampler
+from tfbuffers.remote.sharding import sharded_dataset as sharded_dataset  # tfbuffers.sharded_dataset
+from tfbuffers.replay_buffer import BufferInfo, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +42,6 @@ NO_GATHER_ALL = (
 NO_DETERMINISTIC_PASS = (
     "ReverbReplayBuffer.as_dataset: single_deterministic_pass: a Reverb table has no order to pass through; "
     "use a local buffer for a deterministic pass"
-)
-SAMPLERS = ("uniform", "prioritized")
-NOT_A_SAMPLER = "sampler: expected one of {expected}, got {received!r}"
-NOT_A_RATIO = "samples_per_insert: expected a finite number > 0 or None, got {received}"
-ERROR_BUFFER_TOO_SMALL = (
-    "error_buffer: expected at least max(1.0, samples_per_insert) = {minimum:g} (smaller ones can block every "
-    "sample or insert), got {received}"
 )
 NOT_PRIORITIZED = (
     "ReverbReplayBuffer.update_priorities: table {table!r} samples uniformly; create the buffer with "
@@ -78,7 +75,7 @@ def _import_reverb() -> Any:
     return reverb
 
 
-class ReverbReplayBuffer(ReplayBuffer):
+class ReverbReplayBuffer(RemoteReplayBuffer):
     """A replay buffer on one table of a Reverb server: the local buffers' API, Reverb's storage.
 
     Each environment of the batch (a segment, as in the local buffers) has its own
@@ -192,8 +189,7 @@ class ReverbReplayBuffer(ReplayBuffer):
         capacity = positive_int("capacity", capacity)
         stride = positive_int("stride", stride)
         min_size_to_sample = positive_int("min_size_to_sample", min_size_to_sample)
-        if sampler not in SAMPLERS:
-            raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
+        sampler = check_sampler(sampler)
         priority_exponent = prioritized.check_exponent(priority_exponent)
         rate_limiter = make_rate_limiter(min_size_to_sample, samples_per_insert, error_buffer)
         if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
@@ -555,69 +551,6 @@ def served_sampler(client: Any, table_name: str) -> str:
     return str(options).strip()
 
 
-def sharded_dataset(
-    buffers: Any,
-    sample_batch_size: int,
-    num_steps: int | None = None,
-    *,
-    weights: Any = None,
-    num_parallel_calls: int | None = None,
-    seed: int | None = None,
-) -> tf.data.Dataset:
-    """Samples several Reverb or Ray buffers (shards on other servers or actors) through one dataset.
-
-    Each element of a batch comes from shard `i` with probability `weights[i]`
-    (equal by default), then from that shard's table as its sampler draws.
-    `BufferInfo.probabilities` are the probabilities of the draws in the mixture,
-    `weights[i]` times the shard's, so importance weights stay exact. Sampling is
-    uniform over all items when the weights are proportional to the shards' sizes,
-    as when each shard is fed by the same number of actors. An item's key is its
-    shard's; `update_priorities` on every shard with the same ids updates each item
-    once, since a table ignores keys it does not hold. A `RayReplayBuffer`'s ids are its own
-    (`add_number * batch_size + segment`): update each shard with the ids it gave. Several shards
-    are mixed window by window; one is its own `as_dataset(sample_batch_size, num_steps)`.
-
-    Args:
-      buffers: `ReverbReplayBuffer`s or `RayReplayBuffer`s of one data spec, one per server or actor.
-      sample_batch_size: Windows per batch.
-      num_steps: Frames per window, as `as_dataset`'s.
-      weights: One number > 0 per shard; None for equal weights.
-      num_parallel_calls: Passed to each shard's `as_dataset`.
-      seed: The shard choice's seed.
-
-    Raises:
-      ValueError: If there are no buffers, their specs differ, or the weights do not fit.
-    """
-    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
-    from tfbuffers.ray_replay_buffer import RayReplayBuffer
-
-    buffers = list(buffers)
-    if not buffers or not all(isinstance(buffer, ReverbReplayBuffer | RayReplayBuffer) for buffer in buffers):
-        raise ValueError(f"buffers: expected one or more ReverbReplayBuffer or RayReplayBuffer, got {buffers!r}")
-    for index, buffer in enumerate(buffers[1:], 1):
-        if buffer.fields != buffers[0].fields:
-            raise ValueError(f"buffers[{index}]: expected the data spec of buffers[0], got another one")
-    shares = np.full(len(buffers), 1.0 / len(buffers)) if weights is None else np.asarray(weights, np.float64)
-    if shares.shape != (len(buffers),) or not np.all(np.isfinite(shares)) or not np.all(shares > 0):
-        raise ValueError(f"weights: expected {len(buffers)} finite numbers > 0, got {weights!r}")
-    shares = shares / shares.sum()
-    if len(buffers) == 1:  # the same draws, in batches: one host call per batch, not one per window
-        return buffers[0].as_dataset(sample_batch_size, num_steps, num_parallel_calls=num_parallel_calls)
-
-    def scaled(share: float) -> Any:
-        def scale(items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
-            return items, BufferInfo(info.ids, info.probabilities * np.float32(share))
-
-        return scale
-
-    shards = [
-        buffer.as_dataset(num_steps=num_steps, num_parallel_calls=num_parallel_calls).map(scaled(share))
-        for buffer, share in zip(buffers, shares)
-    ]
-    mixed = tf.data.Dataset.sample_from_datasets(shards, weights=shares.tolist(), seed=seed)
-    return mixed.batch(sample_batch_size, drop_remainder=True)
-
-
 def table_signature(data_spec: Any, sequence_length: int) -> Any:
     """The signature of a table of windows of `sequence_length` frames of `data_spec`."""
     return tf.nest.map_structure(
@@ -644,26 +577,3 @@ def make_rate_limiter(min_size: int, samples_per_insert: Any = None, error_buffe
     if ratio is None:
         return reverb.rate_limiters.MinSize(min_size)
     return reverb.rate_limiters.SampleToInsertRatio(ratio[0], min_size, ratio[1])
-
-
-def check_ratio(min_size: int, samples_per_insert: Any, error_buffer: Any) -> tuple[float, float] | None:
-    """`(samples_per_insert, error_buffer)` as Reverb's `SampleToInsertRatio` takes them, checked; None for neither.
-
-    `error_buffer` defaults to 10% of `min_size * samples_per_insert`, and no less than
-    `max(1.0, samples_per_insert)`, the least Reverb accepts.
-
-    Raises:
-      TypeError, ValueError: Naming the argument, what was expected and what was received.
-    """
-    if samples_per_insert is None:
-        return None
-    if isinstance(samples_per_insert, bool) or not isinstance(samples_per_insert, int | float):
-        raise TypeError(NOT_A_RATIO.format(received=f"{type(samples_per_insert).__name__} {samples_per_insert!r}"))
-    if not np.isfinite(samples_per_insert) or samples_per_insert <= 0:
-        raise ValueError(NOT_A_RATIO.format(received=samples_per_insert))
-    minimum = max(1.0, float(samples_per_insert))
-    if error_buffer is None:
-        error_buffer = max(0.1 * min_size * samples_per_insert, minimum)
-    elif isinstance(error_buffer, bool) or not isinstance(error_buffer, int | float) or not error_buffer >= minimum:
-        raise ValueError(ERROR_BUFFER_TOO_SMALL.format(minimum=minimum, received=error_buffer))
-    return float(samples_per_insert), float(error_buffer)
