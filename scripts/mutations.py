@@ -144,7 +144,7 @@ MUTATIONS = (
         id="ray-segment-claimed-twice",
         description="Ray actor claim: free segments tested against the writers' tokens, not the claimed segments, "
         "so a second writer claims segments already held; slow ray_replay_buffer_test only: runs two of its tests",
-        file="tfbuffers/ray_replay_buffer.py",
+        file="tfbuffers/remote/ray/actor.py",
         old="free = [s for s in range(len(self._segments)) if s not in self._claims]",
         new="free = [s for s in range(len(self._segments)) if s not in self._claims.values()]",
         catches="tests/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_"

@@ -108,7 +108,7 @@ class PyObserver:
         Raises:
           TypeError: If `buffer` is neither.
         """
-        ray_module = sys.modules.get("tfbuffers.ray_replay_buffer")  # a RayWriter exists only once it is imported
+        ray_module = sys.modules.get("tfbuffers.remote.ray.writer")  # a RayWriter exists only once it is imported
         self._writer = ray_module is not None and isinstance(buffer, ray_module.RayWriter)
         if not self._writer and not isinstance(buffer, ReplayBuffer):
             raise TypeError(NOT_A_BUFFER_OR_WRITER.format(observer="PyObserver", received=type(buffer).__name__))
