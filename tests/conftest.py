@@ -34,6 +34,9 @@ import tfbuffers.specs
 import tfbuffers.state
 import tfbuffers.storage
 
+# The fixtures' folders (tests/data/before_*): their make.py scripts are run by hand, as each says, not collected.
+collect_ignore = ["data"]
+
 # Hypothesis profiles (tests/fuzz_test.py, the one module that draws examples): "thorough" for `make test`, "ci"
 # for .ci/run (TFBUFFERS_HYPOTHESIS=ci: a third of the examples, new ones each run, so runs add up).
 settings.register_profile("thorough", max_examples=30)
