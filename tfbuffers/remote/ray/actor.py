@@ -1,0 +1,360 @@
+"""`RayHost`: the actor holding a Ray-hosted buffer's segments, each a py buffer of one segment.
+
+Writers claim segments (`claim`, `release`), add to them, and the actor samples each segment in proportion to
+the weight of the windows it can draw, then a window in it, with the rate limiter's waits.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import prioritized, sampling, specs
+from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
+from tfbuffers.remote.ray.rate_limiter import RateLimiter
+
+NOT_ENOUGH_SEGMENTS = (
+    "num_envs: expected at most the {free} free segment(s) of the buffer's {total} (claimed: {claimed}), got {received}"
+)
+
+
+WAITED = (
+    "RayReplayBuffer {name!r}: {what} waited {seconds:g} s for the rate limiter (min_size_to_sample={min_size}, "
+    "samples_per_insert={ratio}, error_buffer={error_buffer}): {reason}"
+)
+
+
+UNEVEN = (
+    "gather_all: the segments hold different numbers of frames ({counts}; writers add at their own pace), so they "
+    "do not stack into [batch_size, frames, ...]: use gather_segment(segment)"
+)
+
+
+class RayHost:
+    """What the Ray actor runs: the segments' buffers, the claims on them and the rate limiter.
+
+    Methods run in the actor's threads (`max_concurrency`); one lock (and its condition, for the rate
+    limiter's waits) orders adds, samples, clears and claims. Made by `RayReplayBuffer`, not by hand.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from tfbuffers.py_prioritized_replay_buffer import PyPrioritizedReplayBuffer
+        from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
+
+        self._config = config
+        self._label = f"RayReplayBuffer {config['name']!r}"
+        self._spec = config["data_spec"]
+        self._pack = specs.packer(self._spec)
+        self._fields = specs.flatten_spec(self._spec)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._rng = np.random.default_rng(config["seed"])
+        self._limiter = RateLimiter(config["min_size_to_sample"] or 0, *(config["ratio"] or (None, None)))
+        self._claims: dict[int, str] = {}  # segment -> writer
+        self._closed = False
+        prioritized_ = config["sampler"] == "prioritized"
+        self._class = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
+        source = config.pop("source", None)  # ["open"] or ["load", the saved files' directory]; None: empty
+        self._segments: list[Any] = []
+        try:
+            for s in range(config["batch_size"]):
+                self._segments.append(self._segment(s, source))
+        except BaseException:
+            for segment in self._segments:
+                segment.close()
+            raise
+        self._limiter.inserts = self._size()
+        self._share_largest()
+        if config["directory"] is not None and (source is None or source[0] != "open"):
+            write_manifest(pathlib.Path(config["directory"]), config)
+
+    def _segment(self, s: int, source: list[str] | None) -> Any:
+        config = self._config
+        seed = None if config["seed"] is None else [config["seed"], s]
+        directory = config["directory"]
+        directory = None if directory is None else pathlib.Path(directory) / SEGMENT_DIRECTORY.format(s)
+        if source is not None and source[0] == "open":
+            return self._class.open(directory, seed=seed)
+        options: dict[str, Any] = {"seed": seed, "directory": directory}
+        if source is not None:  # "load": the segment's file, streamed into `directory` if there is one
+            return self._class.load(pathlib.Path(source[1]) / f"{SEGMENT_DIRECTORY.format(s)}.tfb", **options)
+        options.update(max_length=config["max_length"], episode_boundaries=config["episode_boundaries"])
+        options["frame_stacks"] = config["frame_stacks"]
+        if self._class.__name__ == "PyPrioritizedReplayBuffer":
+            options["priority_exponent"] = config["priority_exponent"]
+        return self._class(self._spec, batch_size=1, **options)
+
+    def config(self) -> dict[str, Any]:
+        """The configuration the buffer was made with (`RayReplayBuffer.connect` reads it)."""
+        return dict(self._config)
+
+    def ping(self) -> int:
+        """The actor's pid, once it is built (its constructor's errors are raised by the first call)."""
+        return os.getpid()
+
+    # Claims.
+
+    def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
+        """`num_envs` free segments, now claimed by `writer`, and their add counts; raises if fewer are free."""
+        with self._lock:
+            free = [s for s in range(len(self._segments)) if s not in self._claims]
+            if num_envs > len(free):
+                claimed = sorted(set(self._claims.values()))
+                raise ValueError(
+                    NOT_ENOUGH_SEGMENTS.format(
+                        free=len(free), total=len(self._segments), claimed=claimed or "none", received=num_envs
+                    )
+                )
+            for s in free[:num_envs]:
+                self._claims[s] = writer
+            return free[:num_envs], [int(self._segments[s].storage.added) for s in free[:num_envs]]
+
+    def release(self, writer: str) -> None:
+        """Frees the segments `writer` claimed."""
+        with self._lock:
+            self._claims = {s: w for s, w in self._claims.items() if w != writer}
+
+    def claims(self) -> dict[int, str]:
+        """Which writer claimed each claimed segment."""
+        with self._lock:
+            return dict(self._claims)
+
+    # Adds and samples.
+
+    def _size(self) -> int:
+        return sum(int(segment.num_frames()) for segment in self._segments)
+
+    def _wait(self, ready: Callable[[], bool], what: str, reason: Callable[[], str], timeout: float | None) -> None:
+        """Waits (the lock held, released while waiting) until `ready()`; raises `TimeoutError` saying why."""
+        if not self._limiter.limits:
+            return
+        start = time.monotonic()
+        while not ready():
+            left = None if timeout is None else timeout - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                limiter = self._limiter
+                raise TimeoutError(
+                    WAITED.format(
+                        name=self._config["name"],
+                        what=what,
+                        seconds=round(time.monotonic() - start, 1),
+                        min_size=limiter.min_size,
+                        ratio=limiter.samples_per_insert,
+                        error_buffer=limiter.error_buffer,
+                        reason=reason(),
+                    )
+                )
+            self._changed.wait(left)
+            self._check_open()
+
+    def add(self, segments: list[int], leaves: list[np.ndarray], timeout: float | None) -> np.ndarray:
+        """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids."""
+        count = len(segments)
+        items = self._pack(leaves)
+        checked, _ = specs.check_batch(items, self._spec, self._fields, (count,))
+        with self._lock:
+            self._check_open()
+            limiter = self._limiter
+            self._wait(
+                lambda: limiter.can_insert(self._size(), count),
+                f"add of {count} frame(s)",
+                lambda: limiter.why_no_insert(count),
+                timeout,
+            )
+            ids = np.empty(count, np.int64)
+            for i, s in enumerate(segments):
+                frame = self._pack([leaf[i : i + 1] for leaf in checked])
+                ids[i] = int(self._segments[s].add_batch(frame)[0]) * len(self._segments) + s
+            limiter.inserts += count
+            self._changed.notify_all()
+            return ids
+
+    def add_many(self, segments: list[int], batches: list[list[np.ndarray]], timeout: float | None) -> np.ndarray:
+        """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`."""
+        ids = []
+        for leaves in batches:
+            try:
+                ids.append(self.add(segments, leaves, timeout))
+            except Exception as error:  # said with how many were stored: nothing is dropped unsaid
+                stored = f"{len(ids)} of the {len(batches)} adds this writer sent in one call were stored, the rest not"
+                raise type(error)(f"{error} ({stored})") from None
+        return np.stack(ids)
+
+    def sample(
+        self, sample_batch_size: int | None, num_steps: int | None, batches: int, timeout: float | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Up to `batches` samples (at least one, waiting for the rate limiter; the others only if it allows).
+
+        Returned stacked, `(leaves, ids, probabilities)` of `allowed * (sample_batch_size or 1)` windows, in
+        few arrays however many windows: `split_samples` makes them the samples.
+        """
+        count = sample_batch_size or 1
+        limiter = self._limiter
+        with self._lock:
+            self._check_open()
+            self._wait(
+                lambda: limiter.can_sample(self._size(), count),
+                f"sample of {count} window(s)",
+                lambda: limiter.why_no_sample(self._size(), count),
+                timeout,
+            )
+            allowed = 1  # as many of `batches` as the limiter allows, counted before any is drawn
+            limiter.samples += count
+            while allowed < batches and limiter.can_sample(self._size(), count):
+                allowed += 1
+                limiter.samples += count
+            # Nothing changes under the lock, so the batches are one draw of allowed * count windows: each
+            # segment weighed and read once per call, not once per batch.
+            drawn = self._draw(allowed * count, num_steps)
+            self._changed.notify_all()
+        return drawn
+
+    def _draw(self, sample_batch_size: int, num_steps: int | None) -> tuple[list[np.ndarray], np.ndarray, Any]:
+        """`sample_batch_size` windows across the segments, each segment drawn in proportion to its windows' weight."""
+        masses = np.zeros(len(self._segments))
+        refusal = None
+        for s, segment in enumerate(self._segments):
+            try:
+                masses[s] = segment.window_mass(num_steps)
+            except tf.errors.InvalidArgumentError as error:
+                if refusal is None or "is empty" in refusal:
+                    refusal = error.message.replace(type(segment).__name__, self._label)
+        total = masses.sum()
+        if not total > 0:
+            raise ValueError(refusal or sampling.EMPTY.format(buffer=self._label))
+        shares = masses / total
+        counts = self._rng.multinomial(sample_batch_size, shares)
+        parts, ids, probabilities = [], [], []
+        for s in np.flatnonzero(counts):
+            leaves, local_ids, local_probabilities = self._segments[s].sample_arrays(int(counts[s]), num_steps)
+            parts.append(leaves)
+            ids.append(np.asarray(local_ids) * len(self._segments) + s)
+            probabilities.append(np.asarray(local_probabilities, np.float64) * shares[s])
+        order = self._rng.permutation(sample_batch_size)
+        leaves = [np.concatenate(column)[order] for column in zip(*parts)]
+        all_ids = np.concatenate(ids)[order]
+        all_probabilities = np.asarray(np.concatenate(probabilities)[order], np.float32)
+        return leaves, all_ids, all_probabilities
+
+    def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
+        """Sets priorities by global id (`RayReplayBuffer.update_priorities`); returns how many were skipped."""
+        with self._lock:
+            self._check_open()
+            total = len(self._segments)
+            adds = [int(segment.storage.added) for segment in self._segments]
+            next_id = max(adds) * total
+            ids, priorities = prioritized.check_update(ids, priorities, next_id)
+            segment_of, local = ids % total, ids // total
+            for s, added in enumerate(adds):  # every id checked before any is set
+                mine = local[segment_of == s]
+                if mine.size and mine.max() >= added:
+                    bad = int(np.flatnonzero((segment_of == s) & (local >= added))[0])
+                    raise ValueError(
+                        prioritized.NEVER_STORED.format(
+                            next_id=f"{added * total + s} in segment {s}",
+                            value=ids[bad],
+                            index=bad,
+                        )
+                    )
+            skipped = 0
+            for s in np.unique(segment_of):
+                mine = segment_of == s
+                skipped += int(self._segments[s].update_priorities(local[mine], priorities[mine]))
+            self._share_largest()
+            return skipped
+
+    def _share_largest(self) -> None:
+        """Every segment's new frames get the largest priority of any (one buffer's rule), not their own's."""
+        if self._config["sampler"] != "prioritized":
+            return
+        largest = max(segment.max_priority for segment in self._segments)
+        for segment in self._segments:
+            segment.raise_max_priority(largest)
+
+    # Reads and the rest.
+
+    def num_frames(self) -> int:
+        """Frames stored in every segment."""
+        with self._lock:
+            self._check_open()
+            return self._size()
+
+    def frames_per_segment(self) -> list[int]:
+        """Frames stored in each segment."""
+        with self._lock:
+            self._check_open()
+            return [int(segment.num_frames()) for segment in self._segments]
+
+    def gather_all(self) -> list[np.ndarray]:
+        """Every segment's frames, `[batch_size, frames, ...]`; refused if the segments hold different counts."""
+        with self._lock:
+            self._check_open()
+            counts = [int(segment.num_frames()) for segment in self._segments]
+            if len(set(counts)) > 1:
+                raise ValueError(UNEVEN.format(counts=counts))
+            gathered = [tf.nest.flatten(segment.gather_all()) for segment in self._segments]
+            return [np.concatenate(column) for column in zip(*gathered)]
+
+    def gather_segment(self, segment: int) -> list[np.ndarray]:
+        """One segment's frames, oldest first."""
+        with self._lock:
+            self._check_open()
+            return [leaf[0] for leaf in tf.nest.flatten(self._segments[segment].gather_all())]
+
+    def clear(self) -> None:
+        """Empties every segment and resets the rate limiter."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.clear()
+            self._limiter.clear()
+            self._changed.notify_all()
+
+    def flush(self) -> None:
+        """Writes every memory-mapped segment back to the disk."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.flush()
+
+    def save(self, path: str) -> str:
+        """Each segment's file under the directory `path`, and a manifest of the buffer's configuration."""
+        with self._lock:
+            self._check_open()
+            directory = pathlib.Path(path)
+            directory.mkdir(parents=True, exist_ok=True)
+            for s, segment in enumerate(self._segments):
+                segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
+            write_manifest(directory, self._config)
+            return str(directory)
+
+    def close(self) -> None:
+        """Closes every segment (a memory-mapped one flushes first); later calls raise."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                for segment in self._segments:
+                    segment.close()
+                self._changed.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self._label}: the buffer is closed")
+
+
+_ACTOR_CLASS: Any = None
+
+
+def actor_class(ray: Any) -> Any:
+    """`RayHost` as a Ray actor class: threads for waits, no CPU held (it sleeps between calls)."""
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = ray.remote(num_cpus=0, max_concurrency=16)(RayHost)
+    return _ACTOR_CLASS

@@ -1,0 +1,572 @@
+"""`RayReplayBuffer`: a py buffer hosted by a Ray actor, shared by processes and machines.
+
+The buffer's frames live in one Ray actor (`RayHost`), in `batch_size` rings of `max_length`
+frames, one per segment, each a `PyUniformReplayBuffer` or `PyPrioritizedReplayBuffer` of one
+segment (in RAM, or memory-mapped under `directory`). Segments fill on their own: a process that
+claims some (`RayReplayBuffer.writer`) adds to them at its own pace, and one that dies stops only
+its own. A sample draws each segment in proportion to the weight of the windows it can draw (their
+count, or the sum of their priorities' weights), then a window within it, so the probabilities are
+exactly those of one buffer holding every segment's windows.
+
+Its parts are the modules beside this one: the cluster, the actor, the writer, the manifest, the rate limiter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import threading
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfbuffers import host, prioritized, specs
+from tfbuffers import state as state_lib
+from tfbuffers.remote.base import RemoteReplayBuffer
+from tfbuffers.remote.options import check_ratio, check_sampler
+from tfbuffers.remote.ray.actor import actor_class
+from tfbuffers.remote.ray.cluster import NAMESPACE, call, cause_of, ensure_ray, import_ray
+from tfbuffers.remote.ray.manifest import Source, read_manifest
+from tfbuffers.remote.ray.writer import RayWriter
+from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
+
+NO_PASS = (
+    "single_deterministic_pass: not supported by RayReplayBuffer (its segments fill at their own pace); "
+    "use gather_all() or gather_segment(segment)"
+)
+
+
+NOT_PRIORITIZED = (
+    "update_priorities: the buffer samples uniformly (sampler='uniform'); make it with sampler='prioritized'"
+)
+
+
+NO_ACTOR = (
+    "RayReplayBuffer.connect: no buffer named {name!r} in Ray namespace {namespace!r} of the cluster at {address}"
+)
+
+
+OTHER_FRAMES = (
+    "data_spec: expected RayReplayBuffer {name!r} to hold frames of the data_spec given, got a buffer whose "
+    "{differences}"
+)
+
+
+# `prefetch_items`' default by sampler: a prioritized learner's priorities move between fetches, so it fetches less.
+PREFETCH_ITEMS = {"uniform": 8192, "prioritized": 512}
+
+
+PREFETCH_BYTES = 32 << 20  # the most one of `as_dataset`'s fetches holds (two are in flight: the next is asked for)
+
+
+class RayReplayBuffer(RemoteReplayBuffer):
+    """A replay buffer hosted by a Ray actor: many processes (and machines) add, any samples.
+
+    The frames live in one Ray actor, in `batch_size` segments of `max_length` frames (a
+    `PyUniformReplayBuffer` or `PyPrioritizedReplayBuffer` per segment, in RAM or memory-mapped under
+    `directory`). `add_batch` adds one frame to every segment, as the local buffers do; a process
+    that adds its own environments' frames claims segments of its own with `writer(num_envs)`, and
+    adds to those alone, at its own pace. Windows never leave a segment (nor, with
+    `episode_boundaries`, an episode), so frames of different writers never mix in a window; a
+    writer that dies stops only its own segments.
+
+    A sample draws each segment with probability in proportion to the weight of the windows it can
+    draw (their count, uniform; the sum of their first frames' `priority ** priority_exponent`,
+    prioritized), then a window in it as its buffer does: the probabilities in `BufferInfo` are
+    exact. Ids are `add_number * batch_size + segment`, `add_number` counted per segment (the local
+    buffers' numbering when every segment has the same number of adds).
+
+    Rate limiting, when asked for, with Reverb's semantics: with `min_size_to_sample` a sample waits
+    until the buffer holds that many frames (without, an empty buffer is refused at once, as the
+    local buffers refuse it); with `samples_per_insert`, samples and inserts wait for each other
+    to keep about that many windows sampled per frame inserted (`error_buffer` of slack, as Reverb's
+    `SampleToInsertRatio`). A wait longer than `timeout` seconds raises `TimeoutError`, saying what
+    waited for what.
+
+    With no Ray connection in the process, the buffer connects to `address` (or `RAY_ADDRESS`), or
+    starts a local cluster: no dashboard, token authentication on, and one log line saying which
+    ports it listens on (Ray's GCS, raylet and workers listen on every interface whatever the node
+    address; keep them private, docs/scaling.md). The handle pickles: pass it to Ray tasks and
+    actors, or `RayReplayBuffer.connect(name)` from another driver of the cluster.
+
+    Eagerly every method is one remote call; inside a `tf.function` or `tf.data` each runs when the
+    graph runs (`tfbuffers.host`). `as_dataset` fetches several batches per remote call, ahead.
+
+    docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/ray_replay_buffer_test.py runs
+    them on a local cluster.
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        sampler: str = "uniform",
+        priority_exponent: float = 0.6,
+        episode_boundaries: bool | str = False,
+        frame_stacks: Any = None,
+        directory: str | os.PathLike | None = None,
+        min_size_to_sample: int | None = None,
+        samples_per_insert: float | None = None,
+        error_buffer: float | None = None,
+        timeout: float | None = 60.0,
+        seed: int | None = None,
+        name: str | None = None,
+        address: str | None = None,
+        prefetch_items: int | None = None,
+    ) -> None:
+        """Creates the buffer's actor (and a local Ray cluster, if none is connected).
+
+        Args:
+          data_spec: A nest of `tf.TensorSpec` (or `ArraySpec`) describing one frame.
+          capacity: Total frames held (`batch_size * max_length`).
+          batch_size: Segments: the leading dimension of `add_batch`, and how many environments
+            writers can claim in all.
+          max_length: Frames per segment; default `capacity // batch_size`.
+          sampler: "uniform" or "prioritized" (`update_priorities` sets priorities).
+          priority_exponent: Alpha, for the prioritized sampler.
+          episode_boundaries: As in `PyUniformReplayBuffer`: windows never cross an episode.
+          frame_stacks: As in `PyUniformReplayBuffer`.
+          directory: Keep every segment memory-mapped under this directory (new or empty), one
+            subdirectory per segment (`tfbuffers.memmap`); `RayReplayBuffer.open(directory)` reopens
+            it after the actor died, with every add that returned.
+          min_size_to_sample: Frames the buffer must hold before a sample proceeds (it waits until
+            then). None, with no `samples_per_insert`: no wait, and sampling an empty buffer raises,
+            as the local buffers do; 1 with `samples_per_insert`.
+          samples_per_insert: None: no ratio kept. A number: Reverb's `SampleToInsertRatio`.
+          error_buffer: The ratio's slack, as `ReverbReplayBuffer`'s.
+          timeout: Seconds a sample or add waits for the rate limiter before `TimeoutError`; None:
+            forever.
+          seed: Seed of the draws (each segment's, and the choice of segments).
+          name: The actor's name in the cluster (namespace "tfbuffers"), for `connect`; default a
+            new unique one.
+          address: A Ray cluster to connect to, if this process is not connected yet.
+          prefetch_items: About how many windows `as_dataset` fetches in one remote call (whole
+            batches, at least one, at most `PREFETCH_BYTES` of them: `fetch_batches`); None:
+            `PREFETCH_ITEMS[sampler]`, 8192 uniform, 512 prioritized. The actor weighs and reads each
+            segment once per call, so larger fetches sample faster; a fetched window is drawn from the
+            buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
+
+        Raises:
+          ImportError: If Ray cannot be imported.
+          TypeError, ValueError: If an argument has the wrong type or is out of range, naming it.
+        """
+        from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer, segment_sizes
+
+        batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
+        sampler = check_sampler(sampler)
+        priority_exponent = prioritized.check_exponent(priority_exponent)
+        min_size_to_sample = optional_positive_int("min_size_to_sample", min_size_to_sample)
+        ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)
+        if ratio is not None and min_size_to_sample is None:
+            min_size_to_sample = 1
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+            raise ValueError(f"timeout: expected a number of seconds > 0 or None, got {timeout!r}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
+        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
+        source: Source | None = directory if isinstance(directory, Source) else None  # from open() or load()
+        if source is not None:
+            directory = source.directory
+        if directory is not None and (source is None or source.kind == "load"):
+            directory = pathlib.Path(directory).absolute()
+            if directory.exists() and any(directory.iterdir()):
+                raise ValueError(
+                    f"directory: expected a new or empty directory, got {str(directory)!r}, which holds files "
+                    "(RayReplayBuffer.open reopens a buffer's directory)"
+                )
+        # The segments' options checked here, by a buffer of one frame in RAM: refused before an actor starts.
+        probe = PyUniformReplayBuffer(
+            data_spec, batch_size=1, max_length=1, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks
+        )
+        probe.close()
+        config = {
+            "data_spec": specs.unwrap(data_spec),
+            "batch_size": batch_size,
+            "max_length": max_length,
+            "sampler": sampler,
+            "priority_exponent": priority_exponent,
+            "episode_boundaries": episode_boundaries,
+            "frame_stacks": frame_stacks,
+            "directory": None if directory is None else str(directory),
+            "min_size_to_sample": min_size_to_sample,
+            "ratio": ratio,
+            "seed": seed,
+            "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
+            "source": None if source is None else [source.kind, str(source.path)],
+        }
+        ray = ensure_ray(address)
+        actor = actor_class(ray).options(name=config["name"], namespace=NAMESPACE).remote(config)
+        try:
+            ray.get(actor.ping.remote())  # the constructor's errors (a bad spec or option) raised here
+        except Exception as error:
+            ray.kill(actor)
+            raise cause_of(error) from None
+        self._attach(actor, config, owner=True, timeout=timeout, prefetch_items=prefetch_items)
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _attach(
+        self, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch_items: int | None
+    ) -> None:
+        super().__init__(config["data_spec"], config["batch_size"] * config["max_length"])
+        self._actor = actor
+        self._config = config
+        self._owner = owner
+        self._timeout = timeout
+        self._prefetch_items = prefetch_items
+
+    @classmethod
+    def connect(
+        cls,
+        name: str,
+        *,
+        data_spec: Any = None,
+        address: str | None = None,
+        timeout: float | None = 60.0,
+        prefetch_items: int | None = None,
+    ) -> RayReplayBuffer:
+        """A handle on the buffer named `name` in the cluster (another driver's): it shares its frames.
+
+        Closing it closes only the handle; the buffer lives as long as the handle that made it.
+
+        Args:
+          name: The buffer's `name`.
+          data_spec: The frames the caller will add or expects to sample; a buffer holding others (a field
+            missing, extra, or of another dtype or shape) is refused naming each such field. None: the
+            buffer's own spec, unchecked.
+          address: A Ray cluster to connect to, if this process is not connected yet.
+          timeout: As in the constructor, for this handle.
+          prefetch_items: As in the constructor, for this handle's datasets.
+
+        Raises:
+          ValueError: If no buffer of that name is in the cluster, or it holds other frames than `data_spec`.
+        """
+        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
+        wanted = None if data_spec is None else specs.flatten_spec(data_spec)  # a bad spec refused before connecting
+        ray = ensure_ray(address)
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            raise ValueError(
+                NO_ACTOR.format(name=name, namespace=NAMESPACE, address=ray.get_runtime_context().gcs_address)
+            ) from None
+        config = ray.get(actor.config.remote())
+        if wanted is not None:
+            differences = state_lib.field_differences(
+                state_lib.field_list(specs.flatten_spec(config["data_spec"])),
+                state_lib.field_list(wanted),
+                extra="{path} is not in the data_spec given",
+                missing="{path} is missing",
+                differs="{path} holds {received}, the data_spec given {expected}",
+            )
+            if differences:
+                raise ValueError(OTHER_FRAMES.format(name=name, differences="; ".join(differences)))
+        return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch_items)
+
+    @classmethod
+    def _handle(
+        cls, actor: Any, config: dict[str, Any], *, owner: bool, timeout: Any, prefetch: int | None = None
+    ) -> Any:
+        buffer = cls.__new__(cls)
+        cls._attach(buffer, actor, config, owner=owner, timeout=timeout, prefetch_items=prefetch)
+        return buffer
+
+    def __reduce__(self) -> Any:
+        # A handle elsewhere (a Ray task or actor) shares the actor; only the handle that made it ends it.
+        return (self._unpickled, (self._actor, self._config, self._timeout, self._prefetch_items))
+
+    @classmethod
+    def _unpickled(cls, actor: Any, config: dict[str, Any], timeout: Any, prefetch: int | None) -> RayReplayBuffer:
+        return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
+        """A new buffer holding what `save(path)` wrote: its configuration and every segment's frames.
+
+        `overrides` go to the constructor (`directory=`, `name=`, `seed=`, `timeout=`, ...). The actor
+        reads the files: `path` is on its machine.
+
+        Raises:
+          FileNotFoundError: If `path` holds no buffer saved by `save`.
+          ValueError: If a file is damaged or of another format (see `tfbuffers.files`).
+        """
+        path = pathlib.Path(path).absolute()
+        spec, arguments = read_manifest(path)
+        directory = overrides.pop("directory", None)
+        mapped = None if directory is None else pathlib.Path(directory).absolute()
+        return cls(spec, **{**arguments, **overrides, "directory": Source("load", path, mapped)})
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
+        """The buffer kept under `directory` (made with `directory=`) in a new actor, after the last one died.
+
+        It holds every add that returned (`tfbuffers.memmap`: each segment's directory is reopened).
+        `overrides`: `name=`, `seed=`, `timeout=`, `address=`, `prefetch_items=`.
+
+        Raises:
+          FileNotFoundError: If `directory` holds no RayReplayBuffer.
+          tfbuffers.memmap.DirectoryInUseError: If an actor still holds it open.
+        """
+        directory = pathlib.Path(directory).absolute()
+        spec, arguments = read_manifest(directory)
+        return cls(spec, **{**arguments, **overrides, "directory": Source("open", directory, directory)})
+
+    # Properties.
+
+    @property
+    def name(self) -> str:
+        """The actor's name in the cluster (namespace "tfbuffers"), for `connect`."""
+        return self._config["name"]
+
+    @property
+    def batch_size(self) -> int:
+        """The number of segments: the leading dimension of `add_batch`."""
+        return self._config["batch_size"]
+
+    @property
+    def max_length(self) -> int:
+        """Frames per segment."""
+        return self._config["max_length"]
+
+    @property
+    def sampler(self) -> str:
+        """The sampler: "uniform" or "prioritized"."""
+        return self._config["sampler"]
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the buffer samples by priority (`sampler="prioritized"`)."""
+        return self._config["sampler"] == "prioritized"
+
+    @property
+    def directory(self) -> pathlib.Path | None:
+        """Where the segments are memory-mapped (`directory=`), or None in RAM."""
+        directory = self._config["directory"]
+        return None if directory is None else pathlib.Path(directory)
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor handle hosting the frames."""
+        return self._actor
+
+    # The remote calls.
+
+    def _remote(self, method: str, *args: Any) -> Any:
+        return call(self._actor, method, *args)
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a sample or add waits for the rate limiter before `TimeoutError` (None: forever)."""
+        return self._timeout
+
+    def _add_batch_outer_dims(self) -> tuple[int, ...]:
+        return (self.batch_size,)
+
+    def _max_num_steps(self) -> int:
+        return self.max_length
+
+    def _num_frames(self) -> Any:
+        return host.now_or_when_run(self._num_frames_value)
+
+    def _num_frames_value(self) -> np.int64:
+        self._check_open()
+        return np.int64(self._remote("num_frames"))
+
+    def frames_per_segment(self) -> list[int]:
+        """How many frames each segment holds (writers fill theirs at their own pace)."""
+        self._check_open()
+        return list(self._remote("frames_per_segment"))
+
+    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
+        if not tf.executing_eagerly():
+            return host.add_when_run(self._add_arrays, leaves, self.batch_size)
+        return self._add_leaves(host.arrays(leaves))
+
+    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
+        return self._add_leaves(list(arrays))
+
+    def _add_leaves(self, arrays: list[np.ndarray]) -> np.ndarray:
+        self._check_open()
+        return self._remote("add", list(range(self.batch_size)), arrays, self._timeout)
+
+    def _sample_arrays(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        self._check_open()
+        try:
+            return split_samples(
+                self._remote("sample", sample_batch_size, num_steps, 1, self._timeout), sample_batch_size
+            )[0]
+        except ValueError as error:  # sampling an empty buffer: as the local buffers refuse it
+            raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
+
+    def _get_next(self, sample_batch_size: Any, num_steps: int | None) -> tuple[Any, BufferInfo]:
+        if tf.executing_eagerly():
+            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        else:
+            leaves, ids, probabilities = host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps)
+        return self._pack(leaves), BufferInfo(ids, probabilities)
+
+    def _as_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        items = self._prefetch_items or PREFETCH_ITEMS[self.sampler]
+        batches = fetch_batches(self._fields, sample_batch_size, num_steps, items)
+        fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
+
+        def element(_: Any) -> tuple[Any, BufferInfo]:
+            leaves, ids, probabilities = host.sample(fetch.next, self._fields, sample_batch_size, num_steps)
+            return self._pack_for_dataset(leaves), BufferInfo(ids, probabilities)
+
+        dataset = tf.data.Dataset.from_tensors(np.int64(0)).repeat().map(element, num_parallel_calls=num_parallel_calls)
+        return keep_alive(dataset, (self, fetch))
+
+    def _single_deterministic_pass_dataset(
+        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
+    ) -> tf.data.Dataset:
+        raise ValueError(NO_PASS)
+
+    def _gather_all(self) -> Any:
+        if tf.executing_eagerly():
+            return self._pack(self._gather_all_arrays())
+        dtypes = [field.spec.dtype for field in self._fields]
+        shapes = [tf.TensorShape([self.batch_size, None]).concatenate(field.spec.shape) for field in self._fields]
+        return self._pack(host.call(self._gather_all_arrays, [], dtypes, shapes))
+
+    def _gather_all_arrays(self) -> list[np.ndarray]:
+        self._check_open()
+        return self._remote("gather_all")
+
+    def gather_segment(self, segment: int) -> Any:
+        """Every frame segment `segment` holds, oldest first (`[frames, ...]` leaves); eager only."""
+        self._check_open()
+        if isinstance(segment, bool) or not isinstance(segment, int | np.integer) or not 0 <= segment < self.batch_size:
+            raise ValueError(f"segment: expected an int in [0, {self.batch_size}), got {segment!r}")
+        return self._pack(self._remote("gather_segment", int(segment)))
+
+    def _clear(self) -> None:
+        host.now_or_when_run(self._clear_value)
+
+    def _clear_value(self) -> np.int64:
+        self._check_open()
+        self._remote("clear")
+        return np.int64(0)
+
+    def update_priorities(self, ids: Any, priorities: Any) -> Any:
+        """Sets the priorities of the frames `ids` (as `BufferInfo.ids` gives them; a window's first id).
+
+        As `PyPrioritizedReplayBuffer.update_priorities`: ids overwritten since they were sampled are
+        skipped and counted in the return value; an id never stored (in its segment) or a priority that is
+        negative, NaN or infinite is refused, naming it, before any priority changes.
+        """
+        self._check_open()
+        if not self.prioritized:
+            raise ValueError(NOT_PRIORITIZED)
+        if not tf.executing_eagerly():
+            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
+            return host.call(self._update_value, inputs, tf.int64, [])
+        return int(self._update_value(np.asarray(ids), np.asarray(priorities)))
+
+    def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
+        self._check_open()
+        return np.int64(self._remote("update_priorities", ids, priorities))
+
+    def flush(self) -> None:
+        """Writes every memory-mapped segment back to the disk (`msync`); nothing to do in RAM."""
+        self._check_open()
+        self._remote("flush")
+
+    def save(self, path: str | os.PathLike) -> pathlib.Path:
+        """Writes every segment's file (`tfbuffers.files`) and the buffer's configuration under the directory `path`.
+
+        The actor writes them: `path` is on the actor's machine. `RayReplayBuffer.load(path)` reads them.
+        """
+        self._check_open()
+        return pathlib.Path(self._remote("save", str(pathlib.Path(path).absolute())))
+
+    def writer(self, num_envs: int) -> RayWriter:
+        """Claims `num_envs` free segments for this process: a `RayWriter` adds to them alone.
+
+        Raises:
+          ValueError: If fewer segments are free, naming how many are and who holds the others.
+        """
+        self._check_open()
+        num_envs = positive_int("num_envs", num_envs)
+        token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        return RayWriter(self, self._remote("claim", num_envs, token), token)
+
+    def _close(self) -> None:
+        ray = import_ray()
+        if self._owner and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                ray.get(self._actor.close.remote())
+            with contextlib.suppress(Exception):
+                ray.kill(self._actor)
+
+
+class _Prefetch:
+    """Samples for one dataset, fetched several batches a call, the next call already asked for while these are read.
+
+    `arguments`: the actor's `sample` arguments, `(sample_batch_size, num_steps, batches, timeout)`.
+    """
+
+    def __init__(self, buffer: RayReplayBuffer, arguments: tuple[Any, ...]) -> None:
+        self._buffer = weakref.ref(buffer)  # to refuse reads once it is closed; the dataset keeps it alive
+        self._actor = buffer.actor
+        self._arguments = arguments
+        self._ready: deque[Any] = deque()
+        self._pending: Any = None
+        self._lock = threading.Lock()
+
+    def next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, ...]:
+        """The next sample, `(leaves, ids, probabilities)` (`tfbuffers.host.sample`'s draw)."""
+        ray = import_ray()
+        with self._lock:
+            buffer = self._buffer()
+            if buffer is None or buffer.closed:
+                raise ValueError("RayReplayBuffer: the buffer is closed")
+            while not self._ready:
+                pending = self._pending or self._actor.sample.remote(*self._arguments)
+                self._pending = None
+                try:
+                    self._ready.extend(split_samples(ray.get(pending), self._arguments[0]))
+                except ray.exceptions.RayTaskError as error:
+                    cause = cause_of(error)
+                    if isinstance(cause, ValueError):  # an empty buffer: refused as get_next refuses it
+                        raise tf.errors.InvalidArgumentError(None, None, str(cause)) from None
+                    raise cause from None
+                self._pending = self._actor.sample.remote(*self._arguments)
+            return self._ready.popleft()
+
+
+def split_samples(
+    drawn: tuple[list[np.ndarray], np.ndarray, np.ndarray], sample_batch_size: int | None
+) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray]]:
+    """`RayHost.sample`'s stacked windows as its samples: batches of `sample_batch_size`, or single windows."""
+    leaves, ids, probabilities = drawn
+    if sample_batch_size is None:
+        return [([leaf[i] for leaf in leaves], ids[i], probabilities[i]) for i in range(len(ids))]
+    return [
+        ([leaf[start : start + sample_batch_size] for leaf in leaves], ids[start : start + sample_batch_size],
+         probabilities[start : start + sample_batch_size])
+        for start in range(0, len(ids), sample_batch_size)
+    ]  # fmt: skip
+
+
+def fetch_batches(fields: Sequence[Any], sample_batch_size: int | None, num_steps: int | None, items: int) -> int:
+    """How many batches one of `as_dataset`'s remote calls fetches.
+
+    `items // sample_batch_size` (whole batches of windows), at most `PREFETCH_BYTES` of frames of `fields` (the
+    flat data spec), at least one.
+    """
+    window = (num_steps or 1) * sum(int(np.prod(f.spec.shape)) * f.spec.dtype.size for f in fields)
+    batch = sample_batch_size or 1
+    return max(1, min(items // batch, PREFETCH_BYTES // (batch * window)))
