@@ -111,7 +111,16 @@ def fresh(name):
     return buffer_class(spec, **SIZE, **options)
 
 
-EACH = pytest.mark.parametrize(("folder", "name"), [(folder, name) for folder in FOLDERS for name in FIXTURES])
+# The files and checkpoints of before_composition are today's format until issue 49's changes land: `make test` reads
+# them, the fast subset the older ones only (the same loaders), to keep within its 90 s.
+EACH = pytest.mark.parametrize(
+    ("folder", "name"),
+    [
+        pytest.param(folder, name, marks=[pytest.mark.slow] if folder == "composition" else [])
+        for folder in FOLDERS
+        for name in FIXTURES
+    ],
+)
 # The memory-mapped directories of tests/data/before_composition: their kind's fixture.
 DIRECTORIES = {
     "py_uniform_memmap": "py_uniform",

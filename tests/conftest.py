@@ -609,6 +609,18 @@ SLOW_TESTS = {
     "compat_test.py::test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens",  # a Ray cluster
 }
 SLOW_KINDS = ("tf_prioritized",)
+KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose TF prioritized cases stay fast
+
+
+def on_a_slow_kind(item: pytest.Item) -> bool:
+    """Whether `item` is a case on a kind of SLOW_KINDS: a "<kind>_<mode>" parameter, or the kind's bare name."""
+    found = kind_and_mode(item)
+    if found is not None:
+        return found[0] in SLOW_KINDS
+    params = getattr(getattr(item, "callspec", None), "params", {}).values()
+    return item.path.name not in KEEP_SLOW_KINDS_FAST and any(
+        value in SLOW_KINDS for value in params if isinstance(value, str)
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -627,7 +639,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         function = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
         found = kind_and_mode(item)
-        if item.path.name in SLOW_MODULES or function in SLOW_TESTS or (found and found[0] in SLOW_KINDS):
+        if item.path.name in SLOW_MODULES or function in SLOW_TESTS or on_a_slow_kind(item):
             item.add_marker(pytest.mark.slow)
         for marker, (_, modules) in NEEDS.items():
             if item.path.name in modules:
