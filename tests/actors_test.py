@@ -123,8 +123,9 @@ def kill_when(process, record_path, num_envs, condition):
 def learner_and_actors(tmp_path, address, backend, label):
     """A learner and two actors on the server at `address`, waited for; returns them, the second actor still running.
 
-    The first actor adds 300 frames and exits; the learner trains 150 steps and exits; the second (two
-    environments, "killed") has by then acted with a Q-network the learner published.
+    One actor ("done") adds 300 frames and exits; the learner trains 150 steps and exits; the other (two
+    environments, "killed"), started first, has by then acted with a Q-network the learner published. On Ray the
+    "done" actor starts once the other has claimed its segments, so that the segment it frees on exit is its own.
     """
     learner = launch(
         tmp_path, "learner", "train_dqn.py", "--backend", backend, "--replay-server", address,
@@ -132,17 +133,20 @@ def learner_and_actors(tmp_path, address, backend, label):
         "--initial-collect-frames", 200, "--eval-interval", 150, "--eval-episodes", 2, "--batch-size", 32,
         "--output-dir", tmp_path / "dqn", "--no-progress",
     )  # fmt: skip
-    done = launch(
-        tmp_path, "done", "collect.py", "--backend", backend, "--replay-server", address, "--frames", 300,
-        "--seed", 1, "--record", tmp_path / "done.rec", "--no-progress",
-    )  # fmt: skip
     killed = launch(
         tmp_path, "killed", "collect.py", "--backend", backend, "--replay-server", address, "--num-envs", 2,
         "--seed", 2, "--record", tmp_path / "killed.rec", "--policy-dir", tmp_path / "policy",
         "--policy-poll-seconds", 0.5, "--no-progress",
     )  # fmt: skip
-    processes = [learner, done, killed]
+    processes = [learner, killed]
     try:
+        if backend == "ray":  # its segments claimed first: the actor that finishes frees its own, not one of these
+            wait_for(lambda: "adding to segments " in output(tmp_path, "killed"), "the second actor's claim")
+        done = launch(
+            tmp_path, "done", "collect.py", "--backend", backend, "--replay-server", address, "--frames", 300,
+            "--seed", 1, "--record", tmp_path / "done.rec", "--no-progress",
+        )  # fmt: skip
+        processes.insert(1, done)
         assert done.wait(timeout=240) == 0, output(tmp_path, "done")
         assert learner.wait(timeout=400) == 0, output(tmp_path, "learner")
         summary = json.loads((tmp_path / "dqn" / "summary.json").read_text())["result"]
