@@ -1,14 +1,8 @@
-"""`RayReplayBuffer`: a py buffer hosted by a Ray actor, shared by processes and machines.
+"""`RayReplayBuffer`: the handle a driver, an actor or a learner holds on a buffer hosted by a Ray actor.
 
-The buffer's frames live in one Ray actor (`RayHost`), in `batch_size` rings of `max_length`
-frames, one per segment, each a `PyUniformReplayBuffer` or `PyPrioritizedReplayBuffer` of one
-segment (in RAM, or memory-mapped under `directory`). Segments fill on their own: a process that
-claims some (`RayReplayBuffer.writer`) adds to them at its own pace, and one that dies stops only
-its own. A sample draws each segment in proportion to the weight of the windows it can draw (their
-count, or the sum of their priorities' weights), then a window within it, so the probabilities are
-exactly those of one buffer holding every segment's windows.
-
-Its parts are the modules beside this one: the cluster, the actor, the writer, the manifest, the rate limiter.
+It checks arguments here, then calls the actor (`tfbuffers.remote.ray.actor.RayHost`) once per method, eagerly
+or when a graph runs; `as_dataset` fetches several batches a call, ahead. `tfbuffers.ray_replay_buffer` says how
+the segments, writers and samples fit together.
 """
 
 from __future__ import annotations
