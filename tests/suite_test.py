@@ -102,6 +102,21 @@ def test_one_stack_takes_the_most_specific_key():
     assert conftest.one_stack(item("contract_test.py", "test_clear", "tf_eager")) is None
 
 
+def test_the_slow_kinds_cases_are_found_by_kind_and_mode_or_by_bare_name_outside_the_kept_modules():
+    def item(module: str, params: dict[str, Any]) -> Item:
+        return Item(f"tests/{module}::test_x", Callspec(params), path=TESTS / module)
+
+    assert conftest.SLOW_KINDS == ("tf_prioritized",)
+    assert conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_prioritized_eager"}))
+    assert conftest.on_a_slow_kind(item("compat_test.py", {"kind": "tf_prioritized_function"}))  # kind-mode: always
+    assert conftest.on_a_slow_kind(item("n_step_test.py", {"name": "tf_prioritized"}))
+    assert not conftest.on_a_slow_kind(item("compat_test.py", {"name": "tf_prioritized"}))  # kept fast
+    assert not conftest.on_a_slow_kind(item("storage_test.py", {"name": "tf_prioritized", "n": 3}))
+    assert not conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_eager"}))
+    assert not conftest.on_a_slow_kind(item("n_step_test.py", {"name": "tf_uniform"}))
+    assert not conftest.on_a_slow_kind(item("specs_test.py", {}))
+
+
 @pytest.mark.parametrize("kind", ["tf_prioritized_eager", "tf_prioritized_function", "tf_eager"])
 def test_a_shelved_buffer_comes_back_cleared_as_a_new_one_is(kind):
     buffer = make_buffer(kind)
