@@ -220,6 +220,13 @@ def _buffer_kinds() -> dict[str, BufferKind]:
     )
     # Memory-mapped files (`directory=`): the py buffer's rows, counter and extras on the disk.
     found["py_memmap"] = BufferKind("py_memmap", _from_registry(py, directory=new_directory), on_disk=True)
+    tf_kind = tfbuffers.kinds.KINDS["tf_uniform"]
+    found["tf_dict"] = BufferKind(
+        "tf_dict",
+        _from_registry(tf_kind, storage=lambda spec: DictVariables),
+        buffer_class=tfbuffers.TFUniformReplayBuffer,
+        load_options={"storage": DictVariables},
+    )
     return found
 
 
@@ -245,6 +252,40 @@ class DictStorage(tfbuffers.storage.Storage):
 
     def nbytes(self) -> int:
         return sum(array.nbytes for array in self.rows.values())
+
+
+class DictVariables(tfbuffers.storage.GraphStorage):
+    """A graph storage written here, with only what `GraphStorage` requires: each field's rows flattened, by path.
+
+    A dict of `[num_rows, elements]` variables, one per field path: reads gather and reshape to the field's
+    shape, writes reshape and scatter. It joins every multi-buffer test through its entry in `_buffer_kinds`.
+    """
+
+    def __init__(self, fields: Any, num_rows: int, device: str) -> None:
+        super().__init__(fields, num_rows, device)
+        self.rows = {
+            field.path: tf.Variable(
+                tf.zeros([num_rows, field.spec.shape.num_elements()], field.spec.dtype), trainable=False
+            )
+            for field in fields
+        }
+
+    def row_variables(self) -> list[tf.Variable]:
+        return list(self.rows.values())
+
+    def read(self, rows: Any, fields: Any = None) -> list[tf.Tensor]:
+        chosen = range(len(self.fields)) if fields is None else fields
+        return [
+            tf.reshape(
+                tf.gather(self.rows[self.fields[i].path], rows),
+                tf.concat([tf.shape(rows, out_type=tf.int64), self.fields[i].spec.shape.as_list()], 0),
+            )
+            for i in chosen
+        ]
+
+    def write_field(self, index: int, rows: Any, values: Any) -> Any:
+        flat = tf.reshape(values, [-1, self.fields[index].spec.shape.num_elements()])
+        return self.rows[self.fields[index].path].scatter_update(tf.IndexedSlices(flat, rows))
 
 
 # Every local kind in tfbuffers.kinds joins every contract, cross-check, fuzz, files and concurrency test here.
@@ -382,7 +423,7 @@ def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, 
 # the shelf only when the test that had it passed; a clear must leave it as a new one is (tests/contract_test.py
 # test_clear checks that on every kind), but for its random ops' state, which no case depends on: a draw's
 # assertions hold for any draws. `--every-combination` runs without the shelf.
-SHELVED_KINDS = ("tf", "tf_prioritized")
+SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict")
 _SHELF: dict[tuple[Any, ...], list[Any]] = {}
 _LENT: list[tuple[tuple[Any, ...], Any]] = []
 _SHELF_ON = [True]
@@ -503,12 +544,12 @@ SLOW_MODULES = {
 # the mode changes is the execution layer of the buffer's class: TFUniformReplayBuffer's graph calls (GraphCalls
 # eagerly, the caller's trace inside tf.function) and PyUniformReplayBuffer's host bridge (tfbuffers.host). The
 # two kinds that are those classes as they are ("tf", "py") run every case in both modes. Every other kind is one
-# of them with another storage (py_frames, py_dict, py_memmap), sampler and priorities (the prioritized kinds) or
-# home (Reverb, through the same host bridge), none of which the mode reaches: each runs every case in one mode,
-# the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode) and
+# of them with another storage (py_frames, py_dict, py_memmap, tf_dict), sampler and priorities (the prioritized
+# kinds) or home (Reverb, through the same host bridge), none of which the mode reaches: each runs every case in one
+# mode, the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode) and
 # (kind, mode) pair still runs; `--every-combination` runs the whole cross product.
 CORE_KINDS = ("tf", "py")
-COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb")
+COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb", "tf_dict")
 MODES = ("eager", "function")
 
 

@@ -223,6 +223,7 @@ def test_derived_constructors_have_the_signatures_users_call_them_by():
         *common,
         "episode_boundaries=False",
         "wait_for_writers=True",
+        "storage=None",  # issue 49: a graph storage, as the py buffers take theirs (additive, keyword-only)
     ]
     py_options = ["capacity=None", "batch_size=1", "max_length=None"]
     assert names(tfbuffers.PyPrioritizedReplayBuffer) == [

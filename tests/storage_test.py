@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
+import textwrap
+
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import BUFFER_KINDS, SPEC, DictStorage, batch, make
+from conftest import BUFFER_KINDS, SPEC, DictStorage, DictVariables, batch, make, make_buffer, underlying
 
 import tfbuffers
-from tfbuffers.storage import FrameStackTable, NumpyTable, Storage
+from tfbuffers.storage import FrameStackTable, GraphStorage, NumpyTable, Storage, VariableStorage
 
 
 def test_the_test_storage_holds_the_rows_of_its_buffer_and_of_one_loaded_from_its_file(tmp_path):
@@ -24,10 +28,34 @@ def test_the_test_storage_holds_the_rows_of_its_buffer_and_of_one_loaded_from_it
     np.testing.assert_array_equal(loaded.storage.rows["step"], buffer.storage.rows["step"])
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_the_graph_test_storage_holds_the_rows_of_its_buffer_and_of_one_loaded_from_its_file(tmp_path, mode):
+    buffer = make_buffer(f"tf_dict_{mode}", batch_size=2, max_length=3)
+    storage = underlying(buffer).storage
+    assert type(storage) is DictVariables
+    for t in range(4):
+        buffer.add_batch(batch(2, t))
+    assert int(storage.added.numpy()) == 4
+    # add t writes segment s's code 1000 * s + t at row (t % 3) * 2 + s: add 3 overwrote add 0's rows; each
+    # field flattened to [rows, elements]: the [2, 2] pixels to 4, the position to the code and its negation
+    np.testing.assert_array_equal(storage.rows["step"].numpy()[:, 0], [3, 1003, 1, 1001, 2, 1002])
+    assert storage.rows["observation/pixels"].shape.as_list() == [6, 4]
+    np.testing.assert_array_equal(storage.rows["observation/position"].numpy()[1], [1003, -1003])
+    pixels = underlying(buffer).gather_all()["observation"]["pixels"].numpy()
+    np.testing.assert_array_equal(pixels[1, 2], [[250, 250]] * 2)  # segment 1's add 3: 1003 % 251
+    loaded = BUFFER_KINDS["tf_dict"].load(underlying(buffer).save(tmp_path / "b.safetensors"))
+    assert type(loaded.storage) is DictVariables
+    np.testing.assert_array_equal(loaded.storage.rows["step"].numpy(), storage.rows["step"].numpy())
+    np.testing.assert_array_equal(loaded.gather_all()["step"].numpy(), [[1, 2, 3], [1001, 1002, 1003]])
+    assert [v.name for v in loaded.variables()][-1] == "TFUniformReplayBuffer/added:0"  # rows, then the counter
+
+
 def test_the_default_storages():
     assert type(make("py").storage) is NumpyTable
     assert type(make("py_frames").storage) is FrameStackTable
     assert type(make("py_prioritized", storage=DictStorage).storage) is DictStorage
+    assert type(make("tf").storage) is VariableStorage
+    assert type(make("tf_prioritized", storage=DictVariables).storage) is DictVariables
 
 
 def test_a_storage_must_implement_what_storage_requires():
@@ -49,6 +77,39 @@ def test_a_storage_must_implement_what_storage_requires():
 def test_a_wrong_storage_is_refused_naming_it(storage, error, message):
     with pytest.raises(error, match=message):
         tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=3, storage=storage)
+
+
+def test_a_graph_storage_must_implement_what_graph_storage_requires():
+    class Partial(GraphStorage):
+        def row_variables(self):
+            return []
+
+    with pytest.raises(TypeError, match="abstract method.*read.*write_field"):
+        Partial(tfbuffers.specs.flatten_spec(SPEC), 4, "cpu:0")
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        (VariableStorage(tfbuffers.specs.flatten_spec(SPEC), 6, "cpu:0"), r"got VariableStorage <tfbuffers\.storage"),
+        (lambda fields, num_rows, device: DictStorage(fields, num_rows), "got a factory that made DictStorage"),
+    ],
+)
+def test_a_wrong_graph_storage_is_refused_naming_it_and_the_next_buffer_is_made(storage, message):
+    expected = r"^storage: expected a callable \(fields, num_rows, device\) -> tfbuffers\.storage\.GraphStorage, "
+    with pytest.raises(TypeError, match=expected + message):
+        tfbuffers.TFUniformReplayBuffer(SPEC, batch_size=2, max_length=3, storage=storage)
+    buffer = tfbuffers.TFUniformReplayBuffer(SPEC, batch_size=2, max_length=3, storage=DictVariables)
+    buffer.add_batch(batch(2, 5))
+    assert buffer.gather_all()["step"].numpy().tolist() == [[5], [1005]]
+
+
+def test_the_device_is_the_storage_s_and_its_ops_run_there():
+    buffer = tfbuffers.TFPrioritizedReplayBuffer(
+        SPEC, batch_size=2, max_length=3, device="cpu:0", storage=DictVariables
+    )
+    assert buffer.device == buffer.storage.device == "cpu:0"
+    assert {v.device for v in buffer.variables()} == {"/job:localhost/replica:0/task:0/device:CPU:0"}
 
 
 def test_a_storage_with_frame_stacks_is_refused():
@@ -99,3 +160,18 @@ def test_the_tf_buffers_variables_are_their_storages_in_the_order_made():
     assert buffer.nbytes == 72 + 8 + 7 + 408 + 16 + 48 + 8 + 256
     buffer.close()
     assert buffer.variables() == ()
+
+
+@pytest.mark.parametrize("name", ["DictStorage", "DictVariables"])
+def test_the_storage_docs_development_md_writes_runs_as_written(name):
+    # docs/development.md's storage of each interface, executed from the page: a buffer on it adds and reads back.
+    page = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "development.md").read_text()
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if f"class {name}(" in block]
+    spec = {"x": tf.TensorSpec([2], tf.float32), "step": tf.TensorSpec([], tf.int64)}
+    namespace = {"tfbuffers": tfbuffers, "tf": tf, "np": np, "spec": spec}
+    exec(compile(textwrap.dedent(code), "docs/development.md", "exec"), namespace)  # noqa: S102
+    buffer = namespace["buffer"]
+    assert type(buffer.storage).__name__ == name and buffer.capacity == 8000
+    buffer.add_batch({"x": np.repeat(np.arange(8, dtype=np.float32)[:, None], 2, axis=1), "step": np.arange(8)})
+    items, _ = buffer.get_next(sample_batch_size=3)
+    np.testing.assert_array_equal(np.asarray(items["x"])[:, 0], np.asarray(items["step"]))

@@ -281,7 +281,7 @@ class GraphRecord(_Record):
         segments = _ring.TENSORFLOW.arange(self._batch_size)
         block = _ring.block_start(added, self._max_length, self._batch_size) + segments
         newest = _ring.block_start(added - 1, self._max_length, self._batch_size) + segments
-        cut = (added > 0) & is_cut(tf.gather(self._storage.variables[self._step_field], newest), new_types)
+        cut = (added > 0) & is_cut(self._storage.read(newest, [self._step_field])[0], new_types)
         rows, distances, kept, last_end = ending_rows(
             self._xp, cut, record.last_end.read_value(), added, self._max_length, self._batch_size
         )

@@ -18,7 +18,7 @@ from tfbuffers import _ring
 from tfbuffers import state as state_lib
 from tfbuffers._graph_calls import GraphCalls
 from tfbuffers._tf_concurrency import Concurrency
-from tfbuffers.storage import VariableStorage
+from tfbuffers.storage import GraphStorage
 
 _OPS = _ring.TENSORFLOW
 
@@ -34,7 +34,7 @@ class GraphStates:
 
     def __init__(
         self,
-        storage: VariableStorage,
+        storage: GraphStorage,
         concurrency: Concurrency,
         calls: GraphCalls,
         max_length: int,
@@ -45,7 +45,7 @@ class GraphStates:
         """The states of `storage`, whose writers take turns by `concurrency`.
 
         Args:
-          storage: The buffer's variables.
+          storage: The buffer's storage.
           concurrency: Its writers' lock and seqlock.
           calls: Its compiled calls (the reads and the restore run compiled).
           max_length: Frames per segment.
@@ -69,12 +69,12 @@ class GraphStates:
             whole, added, values = self._calls.locked(self._snapshot_tensors)
             if whole:
                 arrays = [value.numpy() for value in values]
-                fields = len(self._storage.variables)
+                fields = len(self._storage.fields)
                 return int(added), arrays[:fields], dict(zip(self._extras(), arrays[fields:]))
         raise RuntimeError(SNAPSHOT_BUSY.format(attempts=SNAPSHOT_ATTEMPTS))
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        # The variables are read in one graph, within microseconds; the reads are then
+        # The storage is read in one graph, within microseconds; the reads are then
         # checked like a sample's (see `tfbuffers._tf_concurrency`).
         with tf.device(self._device), tf.name_scope(self._scope):
             counter = self._storage.added
@@ -82,7 +82,7 @@ class GraphStates:
             def read() -> tuple[list[tf.Tensor], tf.Tensor]:
                 added = counter.read_value()
                 with tf.control_dependencies([added]):
-                    values = [v.read_value() for v in [*self._storage.variables, *self._extras().values()]]
+                    values = [*self._storage.values(), *(v.read_value() for v in self._extras().values())]
                 return [added, *values], _ring.oldest_add(_OPS, added, self._max_length)
 
             whole, tensors = self._concurrency.checked_read(read, counter, self._max_length)
@@ -120,9 +120,7 @@ class GraphStates:
 
     def _read_rows(self, field: int, first_row: int, stop_row: int) -> np.ndarray:
         # A gather of the rows only: a slice would read (and may copy) the whole variable first.
-        with tf.device(self._device):
-            rows = tf.range(first_row, stop_row, dtype=tf.int64)
-            return tf.gather(self._storage.variables[field], rows).numpy()
+        return self._storage.read_rows(field, first_row, stop_row)
 
     def _rows_intact(self, generation: int, oldest: int) -> bool:
         writing = int(self._concurrency.writing().numpy())
@@ -131,10 +129,8 @@ class GraphStates:
 
     def write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
         """Writes storage rows of `field` from `first_row` (a loader's, before its commit)."""
-        # A scatter writes the rows in place; a sliced assign would copy the whole variable (copy-on-write).
-        with tf.device(self._device):
-            indices = tf.range(first_row, first_row + len(rows), dtype=tf.int64)
-            self._storage.variables[field].scatter_update(tf.IndexedSlices(tf.constant(rows), indices))
+        # In place (a scatter, for the variables): a sliced assign would copy the whole variable (copy-on-write).
+        self._storage.write_rows(field, first_row, rows)
 
     def restore(self, added: int, values: Sequence[np.ndarray]) -> None:
         """Sets the counter to `added` and the last `len(values)` of the rows and `restored()` to `values`, at once.
@@ -148,11 +144,11 @@ class GraphStates:
         with tf.device(self._device), tf.name_scope(self._scope):
 
             def restore() -> tuple[list[Any], tf.Tensor]:
-                targets = [*self._storage.variables, *self._restored()]
-                variables = targets[len(targets) - len(values) :]
+                restored = self._restored()
+                rows, others = values[: len(values) - len(restored)], values[len(values) - len(restored) :]
 
                 def assign() -> list[Any]:
-                    assigns = [v.assign(x) for v, x in zip(variables, values)]
+                    assigns = [*(self._storage.assign(rows) if rows else []), *map(_assign, restored, others)]
                     with tf.control_dependencies(assigns):
                         return [self._storage.added.assign(added, read_value=False)]
 
@@ -161,3 +157,7 @@ class GraphStates:
                     return effects, tf.identity(added)
 
             return self._concurrency.exclusive([added, *values], restore, "restore")
+
+
+def _assign(variable: tf.Variable, value: tf.Tensor) -> Any:
+    return variable.assign(value)

@@ -154,7 +154,7 @@ class GraphPriorities:
     """
 
     def __init__(self, storage: Any, batch_size: int, priority_exponent: float) -> None:
-        """Keeps the priorities in `storage` (a `tfbuffers.storage.VariableStorage`) as extras (see `extras`)."""
+        """Keeps the priorities in `storage` (a `tfbuffers.storage.GraphStorage`) as extras (see `extras`)."""
         self.capacity = storage.num_rows
         self.priority_exponent = priority_exponent
         self.values, self.largest, self.tree = extras(storage, blocked=True)

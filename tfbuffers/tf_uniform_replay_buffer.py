@@ -12,12 +12,13 @@ import tensorflow as tf
 
 from tfbuffers import _datasets, _episodes, _ring, prioritized, sampling, specs
 from tfbuffers import state as state_lib
+from tfbuffers import storage as storage_lib
 from tfbuffers._graph_calls import GraphCalls
 from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._tf_states import GraphStates
 from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
-from tfbuffers.storage import VariableStorage
+from tfbuffers.storage import GraphStorage, GraphStorageFactory
 
 _OPS = _ring.TENSORFLOW
 
@@ -98,6 +99,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         episode_boundaries: bool | str = False,
         wait_for_writers: bool = False,
         sampler: sampling.SamplerFactory | None = None,
+        storage: GraphStorageFactory | None = None,
     ) -> None:
         """Creates the buffer and its variables.
 
@@ -108,7 +110,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             `add_batch` (the number of parallel environments).
           max_length: Frames per segment; capacity is `batch_size * max_length`.
           scope: Name prefix of the variables.
-          device: Device of the variables and ops, e.g. `'gpu:0'`.
+          device: Device of the storage and the ops, e.g. `'gpu:0'` (the storage's `device`).
           dataset_drop_remainder: In the deterministic pass, skip the last group
             of segments when smaller than `sample_batch_size`, and windows
             shorter than `num_steps`; elements then have static shapes.
@@ -137,6 +139,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
             stored windows by default (`UniformSampler`). Files do not record it: pass it again
             to `load`.
+          storage: Where the rows, the add counter and the extras live: `(fields, num_rows, device)
+            -> tfbuffers.storage.GraphStorage` (a subclass, for example), called inside `device` and
+            `scope`; one `tf.Variable` per field by default (`VariableStorage`). Files and
+            checkpoints do not record it: pass it again to `load`.
 
         Raises:
           TypeError: If an argument has the wrong type.
@@ -156,23 +162,24 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             sampler=sampler,
         )
         self._scope = scope
-        self._device = device
         self._wait_for_writers = wait_for_writers
         with tf.device(device), tf.name_scope(scope):
-            storage = VariableStorage(self._fields, self.capacity)
+            table = storage_lib.make_graph(storage, self._fields, self.capacity, device)
+        self._device = table.device
+        with tf.device(self._device), tf.name_scope(scope):
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
             ends = None
             if self._episodes:  # the adds' record of episode ends (see `tfbuffers._episodes`)
-                ends = _episodes.GraphRecord(storage, self._step_field, self._batch_size, self._max_length)
+                ends = _episodes.GraphRecord(table, self._step_field, self._batch_size, self._max_length)
         # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
         # episode ends follows from the step types).
         calls = GraphCalls(concurrency.eager_lock)
-        placement = (device, scope)
+        placement = (self._device, scope)
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
         parts = (weak_method(self._extra_variables), weak_method(self._restored_variables))
-        states = GraphStates(storage, concurrency, calls, self._max_length, placement, *parts)
+        states = GraphStates(table, concurrency, calls, self._max_length, placement, *parts)
         self._untracked(
-            _table=storage, _added=storage.added, _concurrency=concurrency, _calls=calls, _ends=ends, _states=states
+            _table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _ends=ends, _states=states
         )
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
@@ -182,12 +189,12 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     @property
     def device(self) -> str:
-        """The device of the variables."""
+        """The device of the storage and of the buffer's ops (`storage.device`)."""
         return self._device
 
     @property
-    def storage(self) -> VariableStorage:
-        """The variables of the rows, the add counter and the extras (`tfbuffers.storage.VariableStorage`)."""
+    def storage(self) -> GraphStorage:
+        """Its rows, add counter and extras: a `tfbuffers.storage.GraphStorage` (`VariableStorage` by default)."""
         return self._table
 
     @property
@@ -201,17 +208,17 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._scope
 
     def variables(self) -> tuple[tf.Variable, ...]:
-        """The buffer's variables, its storage's: the field tables, the add counter, then the extras as made.
+        """The buffer's variables, its storage's: the rows', the add counter, then the extras as made.
 
         The extras: the record of episode ends (with `episode_boundaries`), then a prioritized buffer's
         priorities, max priority and sum tree.
         """
         if self._closed:
             return ()
-        return (*self._table.variables, self._table.added, *self._table.extras.values())
+        return self._table.variables()
 
     def _nbytes(self) -> int:
-        return sum(variable.shape.num_elements() * variable.dtype.size for variable in self.variables())
+        return self._table.nbytes()
 
     def _num_frames(self) -> tf.Tensor:
         if tf.executing_eagerly():
@@ -328,7 +335,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _step_types(self) -> tf.Tensor:
         # Read inside the sample's checked read: a draw overlapping an add is read again (see `_sample_tensors`).
-        return self._table.variables[self._step_field].read_value()
+        return self._table.column(self._step_field)
 
     def _row_source(self) -> state_lib.Rows:
         return self._states.row_source()
@@ -409,6 +416,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _close(self) -> None:
         # The variables go once nothing else holds them (a dataset made earlier may).
+        self._table.close()
         del self._table
         if self._priorities is not None:
             self._priorities.close()
@@ -425,7 +433,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         ends: list[np.ndarray] = []
         if self._ends is not None:  # rebuilt from the step types (a load wrote them to the variable) and weights
-            column = arrays[self._step_field] if arrays else self._table.variables[self._step_field].numpy()
+            column = arrays[self._step_field] if arrays else self._table.column(self._step_field).numpy()
             weights = np.ones([self.capacity])
             if self._priorities is not None:
                 weights = prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priorities.priority_exponent)

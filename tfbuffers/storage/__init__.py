@@ -1,0 +1,124 @@
+"""Where a buffer's frames live: the storage interfaces, and the storages tfbuffers has.
+
+A buffer of `batch_size` segments of `max_length` frames stores them in `num_rows = batch_size *
+max_length` rows per field of its data spec, time-major: add number `t` writes one row per segment,
+rows `(t % max_length) * batch_size + segment`, each field's into that field's rows.
+
+    row:        0     1     2     3     4     5        (batch_size 2, max_length 3)
+    add t=0:   s0    s1                                 rows 0-1
+    add t=1:               s0    s1                     rows 2-3
+    add t=2:                           s0    s1         rows 4-5
+    add t=3:   s0    s1                                 rows 0-1 again: the oldest frames go
+
+A storage keeps those rows, `added`, the number of adds since the last clear (which fixes which
+rows hold which frames: `tfbuffers._ring`), and the buffer's named extras: arrays it keeps beside
+the rows and changes with them (a prioritized buffer's `"priority"`, `"max_priority"` and
+`"sum_tree"`, an episode-aware buffer's `"episodes/distance"`, `"episodes/near"` and
+`"episodes/last_end"`), which the buffer asks the storage for once with `extra(name, initial)`. So a
+storage that keeps its rows somewhere (a file on disk) keeps everything the buffer holds there too.
+The buffer picks the rows (ring arithmetic, sampling, episode records and priorities are the
+buffer's) and takes its lock around every call; states, checkpoints and files carry the rows, the
+counter and the extras whatever the storage.
+
+Two interfaces, one per way a buffer runs:
+
+Two interfaces, one per way a buffer runs, one module each:
+
+* `Storage` (`tfbuffers.storage.base`), numpy on the host, for the py buffers (`PyUniformReplayBuffer`,
+  `PyPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows) -> Storage`.
+  tfbuffers has numpy arrays in RAM (`NumpyTable`, the default: `tables`), the frame-stack pool
+  (`FrameStackTable`, made by `frame_stacks=`: `frame_stacks`) and memory-mapped files
+  (`tfbuffers.memmap.MemmapTable`, made by `directory=`). A new one (files on disk, another process)
+  implements the three abstract methods; the contract, files, state and fuzz tests run on it through
+  one entry in the test registry.
+* `GraphStorage` (`tfbuffers.storage.graph`), in the graph, for the TF buffers (`TFUniformReplayBuffer`,
+  `TFPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows, device) ->
+  GraphStorage`, its reads and writes ops. tfbuffers has one `tf.Variable` per field
+  (`VariableStorage`, the default); a new one implements three abstract methods too.
+
+>>> import numpy as np, tensorflow as tf
+>>> from tfbuffers import PyUniformReplayBuffer, TFUniformReplayBuffer
+>>> spec = {"x": tf.TensorSpec([], tf.int64)}
+>>> buffer = PyUniformReplayBuffer(spec, batch_size=2, max_length=3, storage=NumpyTable)
+>>> _ = buffer.add_batch({"x": np.array([7, 8])})
+>>> buffer.gather_all()["x"].tolist()
+[[7], [8]]
+>>> buffer = TFUniformReplayBuffer(spec, batch_size=2, max_length=3, storage=VariableStorage)
+>>> _ = buffer.add_batch({"x": tf.constant([7, 8], tf.int64)})
+>>> buffer.gather_all()["x"].numpy().tolist(), buffer.storage.device
+([[7], [8]], 'cpu:*')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tfbuffers.specs import Field
+from tfbuffers.storage.base import Storage, StorageFactory
+from tfbuffers.storage.frame_stacks import FRAME_STACK_AXIS, FRAME_STACKS, FrameStackTable, frame_stack_axes
+from tfbuffers.storage.graph import GraphStorage, GraphStorageFactory, VariableStorage
+from tfbuffers.storage.tables import NumpyTable
+
+__all__ = [
+    "FRAME_STACKS",
+    "FRAME_STACK_AXIS",
+    "NOT_A_GRAPH_STORAGE",
+    "NOT_A_STORAGE",
+    "STORAGE_AND_STACKS",
+    "FrameStackTable",
+    "GraphStorage",
+    "GraphStorageFactory",
+    "NumpyTable",
+    "Storage",
+    "StorageFactory",
+    "VariableStorage",
+    "frame_stack_axes",
+    "make",
+    "make_graph",
+]
+
+NOT_A_STORAGE = "storage: expected a callable (fields, num_rows) -> tfbuffers.storage.Storage, got {received}"
+NOT_A_GRAPH_STORAGE = (
+    "storage: expected a callable (fields, num_rows, device) -> tfbuffers.storage.GraphStorage, got {received}"
+)
+STORAGE_AND_STACKS = "storage: expected None with frame_stacks (frame stacks are a storage of their own), got both"
+
+
+def make(storage: StorageFactory | None, fields: Sequence[Field], num_rows: int, frame_stacks: Any = None) -> Storage:
+    """The storage of a py buffer's `storage=` and `frame_stacks=` (see `PyUniformReplayBuffer`), checked.
+
+    Raises:
+      TypeError, ValueError: Naming the option, if either is not what the py buffers take, or both are given.
+    """
+    stacks = frame_stack_axes(fields, frame_stacks)
+    if stacks and storage is not None:
+        raise ValueError(STORAGE_AND_STACKS)
+    if stacks:
+        return FrameStackTable(fields, num_rows, stacks)
+    if storage is None:
+        return NumpyTable(fields, num_rows)
+    if not callable(storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
+    made = storage(fields, num_rows)
+    if not isinstance(made, Storage):
+        raise TypeError(NOT_A_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
+    return made
+
+
+def make_graph(
+    storage: GraphStorageFactory | None, fields: Sequence[Field], num_rows: int, device: str
+) -> GraphStorage:
+    """The storage of a TF buffer's `storage=` (see `TFUniformReplayBuffer`), made in the current scope, checked.
+
+    Raises:
+      TypeError: Naming the option, if it is not a callable that makes a `GraphStorage`.
+    """
+    if storage is None:
+        return VariableStorage(fields, num_rows, device)
+    if not callable(storage):
+        raise TypeError(NOT_A_GRAPH_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
+    made = storage(fields, num_rows, device)
+    if not isinstance(made, GraphStorage):
+        raise TypeError(NOT_A_GRAPH_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
+    return made
