@@ -640,7 +640,8 @@ NEEDS = {
 # Tests of the fast modules marked slow too, so that `make test-fast` fits its 90 s (docs/development.md): those
 # that start processes, and the multi-kind cases on the TF prioritized kind, whose traces take a third of the fast
 # subset's time (its own module, tests/prioritized_test.py, and make test run them; storage_test.py and
-# compat_test.py keep its priorities and restores in the fast subset).
+# compat_test.py keep its priorities and restores in the fast subset), and on the TF test storage (14 s more; the
+# TF buffer's code is the "tf" kind's, and storage_test.py keeps its own cases fast).
 SLOW_TESTS = {
     "memmap_test.py::test_a_directory_reopened_in_another_process_holds_the_buffer_and_goes_on",
     "memmap_test.py::test_one_writer_a_second_is_refused_naming_the_directory_and_process",
@@ -649,8 +650,8 @@ SLOW_TESTS = {
     "sum_tree_test.py::test_numba_is_used_unless_switched_off",
     "compat_test.py::test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens",  # a Ray cluster
 }
-SLOW_KINDS = ("tf_prioritized",)
-KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose TF prioritized cases stay fast
+SLOW_KINDS = ("tf_prioritized", "tf_dict")
+KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose slow kinds' cases stay fast
 
 
 def on_a_slow_kind(item: pytest.Item) -> bool:
