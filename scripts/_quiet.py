@@ -1,7 +1,8 @@
 """The scripts' first heavy import: TensorFlow with its known start-up notices filtered, Keras 2 for TF-Agents.
 
-tfbuffers' own import keeps TensorFlow's start-up lines about hardware the machine lacks off (CUDA factories,
-drivers, TensorRT, CPU instruction sets, oneDNN) and ignores autograph's repeated `SyntaxWarning`s. The scripts,
+`tfbuffers.quiet_start_up()` keeps TensorFlow's start-up lines about hardware the machine lacks off (CUDA
+factories, drivers, TensorRT, CPU instruction sets, oneDNN) and gym's notice, and ignores autograph's repeated
+`SyntaxWarning`s. The scripts,
 whose terminal output is theirs, also drop the failed cuInit that looking for devices prints (the lines
 `KNOWN_NOISE` matches, while devices are listed and TF-Agents imports; every other line is written on), ignore
 third-party deprecation warnings raised inside TensorFlow, TF-Agents and TF Probability (not in tfbuffers or the
@@ -55,17 +56,18 @@ def _show_warning_but_distutils(
 
 warnings.showwarning = _show_warning_but_distutils
 
-from tfbuffers import _noise  # noqa: E402 (after the filters: imports TensorFlow, its start-up lines kept off)
+import tfbuffers  # noqa: E402 (after the filters; imports no TensorFlow)
+from tfbuffers import _noise  # noqa: E402
 
-# tfbuffers' own import keeps TensorFlow's absent-hardware lines off; a script's terminal also loses the failed
-# cuInit that looking for devices prints on a machine without a GPU (a library keeps it: there it may be real).
+# quiet_start_up keeps TensorFlow's absent-hardware lines off; a script's terminal also loses the failed cuInit
+# that looking for devices prints on a machine without a GPU (a library keeps it: there it may be real).
 KNOWN_NOISE = [*_noise.TENSORFLOW_START_UP, r"failed call to cuInit"]
 
 with _noise.stderr_without(KNOWN_NOISE):
+    tfbuffers.quiet_start_up()  # TensorFlow, gym, autograph's repeats
     import tensorflow as tf
 
     tf.get_logger().addFilter(_WithoutDeprecatedBackProp())
     tf.config.list_physical_devices()  # the devices looked for now: the lines about missing CUDA are filtered
-    _noise.import_gym()
     if importlib.util.find_spec("tf_agents") is not None:
         import tf_agents  # noqa: F401 (imported here so that its start-up lines are filtered too)

@@ -21,7 +21,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if importlib.util.find_spec("tf_keras") is not None:  # with TensorFlow 2.15 the variable would break Keras
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import tfbuffers  # first: it imports TensorFlow without the start-up lines about absent hardware
+import tfbuffers
+
+tfbuffers.quiet_start_up()  # first: TensorFlow imported without the start-up lines about absent hardware
 
 # isort: split
 import numpy as np

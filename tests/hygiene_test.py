@@ -109,16 +109,13 @@ def test_a_dropped_buffer_is_freed_at_once_without_the_cycle_collector(name):
 
 WORKFLOW = textwrap.dedent(
     """
-    import contextlib, io, tempfile, warnings
+    import tempfile, warnings
     import numpy as np
-    # gym 0.23's "unmaintained" notice is printed when tf-agents imports gym, with or without
-    # tfbuffers (which filters only its own imports): take it here, so that what is left is tfbuffers'.
-    with contextlib.redirect_stderr(io.StringIO()):
-        import gym
     # Other libraries' warnings (tf-agents' own deprecation notices on newer Pythons) are theirs.
     warnings.filterwarnings("ignore", module=r"(tf_agents|gym|tensorflow_probability|tensorflow|keras)(\\..*)?$")
     warnings.filterwarnings("error", module=r"tfbuffers(\\..*)?$")  # a warning from tfbuffers fails the run
     import tfbuffers
+    tfbuffers.quiet_start_up()  # TensorFlow's start-up lines and gym's notice (tf-agents imports gym) kept off
     from tfbuffers import files, observers
     from tfbuffers import testing as stress
     from tfbuffers.envs import load_gymnasium
@@ -193,11 +190,42 @@ def start_up_lines(code: str) -> list[str]:
     return [line for line in run.stderr.splitlines() if START_UP.search(line)]
 
 
-def test_importing_tfbuffers_first_keeps_tensorflows_start_up_lines_off():
-    # What a notebook or a program shows when tfbuffers is what brings TensorFlow in; TensorFlow imported by
-    # the program first prints them as it always does (on this machine, without a GPU, it prints several).
+def test_quiet_start_up_keeps_tensorflows_start_up_lines_off():
+    # What a notebook or a program that calls it first shows; TensorFlow imported without it prints them as it
+    # always does (on this machine, without a GPU, it prints several), through tfbuffers too.
     assert start_up_lines("import tensorflow") != []
-    assert start_up_lines("import tfbuffers; import tensorflow as tf; print(tf.constant(1) + 1)") == []
+    assert start_up_lines("import tfbuffers; tfbuffers.TFUniformReplayBuffer") != []
+    quiet = "import tfbuffers; tfbuffers.quiet_start_up(); import tensorflow as tf; print(tf.constant(1) + 1)"
+    assert start_up_lines(quiet) == []
+
+
+UNTOUCHED = textwrap.dedent(
+    """
+    import os, sys, warnings
+    stderr, descriptor, filters = sys.stderr, os.fstat(2), list(warnings.filters)
+    import tfbuffers
+    print("tensorflow" in sys.modules, "gym" in sys.modules)
+    from tfbuffers import PyUniformReplayBuffer, storage
+    import tfbuffers.envs
+    print(sys.stderr is stderr, os.fstat(2) == descriptor)
+    print([f for f in warnings.filters if f not in filters and "autograph" in str(f[3])])
+    print(tfbuffers.PyUniformReplayBuffer is PyUniformReplayBuffer, tfbuffers.storage is storage)
+    """
+)
+
+
+def test_importing_tfbuffers_changes_nothing_in_the_process():
+    # No TensorFlow imported by `import tfbuffers` itself, no stream or descriptor swapped, no warnings filter
+    # added by its modules (quiet_start_up is the one call that does those, when made).
+    run = subprocess.run([sys.executable, "-c", UNTOUCHED], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == ["False False", "True True", "[]", "True True"]
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it():
+    with pytest.raises(AttributeError, match="module 'tfbuffers' has no attribute 'TFUniformBuffer'"):
+        tfbuffers.TFUniformBuffer  # noqa: B018
+    assert {"TFUniformReplayBuffer", "quiet_start_up", "load"} <= set(dir(tfbuffers))
 
 
 FILTERED = textwrap.dedent(
@@ -224,6 +252,7 @@ TRACED = textwrap.dedent(
     import sys
     sys.path.insert(0, sys.argv[1])
     import tfbuffers
+    tfbuffers.quiet_start_up()
     import tensorflow as tf
     import literal  # Python warns about its source here, once
     print(int(tf.function(literal.step)(tf.constant(1))))

@@ -81,6 +81,7 @@ def test_public_names():
         "n_step_dataset",
         "n_step_transitions",
         "open",
+        "quiet_start_up",
         "relabel_windows",
         "sharded_dataset",
     ]
@@ -104,8 +105,10 @@ def test_public_names():
     assert tfbuffers.n_step_transitions is n_step.n_step_transitions
     assert tfbuffers.her_dataset is her.her_dataset
     assert tfbuffers.relabel_windows is her.relabel_windows
-    # And the two functions of its own: they build a local buffer of the class a file or config names.
-    assert tfbuffers.load.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
+    # The functions of its own: they build a local buffer of the class a file, directory or config names.
+    assert tfbuffers.load.__module__ == tfbuffers.open.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
+    # And the one call that changes the process, when made: the start-up notices kept off (tests/hygiene_test.py).
+    assert tfbuffers.quiet_start_up.__module__ == "tfbuffers._noise"
 
 
 def test_the_reverb_buffer_without_dm_reverb_says_how_to_get_it(monkeypatch):

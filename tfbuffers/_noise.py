@@ -1,4 +1,7 @@
-"""Known notices of other libraries, kept off a user's terminal where tfbuffers brings them in; nothing else.
+"""Known notices of other libraries, kept off a user's terminal by `quiet_start_up()`, when called; nothing else.
+
+`import tfbuffers` changes nothing in the process: the filters below run only when a program or notebook
+calls `tfbuffers.quiet_start_up()`, first (the scripts and notebooks do).
 
 TF-Agents 0.19 imports `gym` 0.23, which prints a notice that gym is unmaintained and that users should move
 to gymnasium. tfbuffers' environments are gymnasium's already, so the notice only misleads. `import_gym` imports
@@ -9,7 +12,7 @@ TensorFlow's C++ start-up prints, on import, lines about hardware the machine do
 cuDNN/cuFFT/cuBLAS factories registered twice, TensorRT, CPU instruction sets, oneDNN). Where `import tfbuffers`
 is what first imports TensorFlow, `import_tensorflow` imports it with the lines `TENSORFLOW_START_UP` matches
 dropped from what the process writes to stderr during that import (C++ included); every other line is written
-on once the import is over. A program that imports TensorFlow itself first sees TensorFlow's lines as before.
+on once the import is over. A program that imports TensorFlow before the call sees TensorFlow's lines as before.
 
 Autograph compiles a converted copy of each function it traces (TF-Agents' drivers and policies, through
 `common.function`) and Python warns again about what the original's source holds (`is` with a literal): a
@@ -121,3 +124,29 @@ def import_tensorflow() -> None:
         return
     with stderr_without(TENSORFLOW_START_UP):
         import tensorflow  # noqa: F401
+
+
+def quiet_start_up() -> None:
+    """Imports TensorFlow and gym without their notices about what the machine lacks; call it first, once.
+
+    What it keeps off stderr, and nothing else (every other line is written on):
+
+    * TensorFlow's C++ start-up lines about absent hardware (CUDA drivers, cuDNN/cuFFT/cuBLAS factories,
+      TensorRT, CPU instruction sets, oneDNN: `TENSORFLOW_START_UP`), where TensorFlow is not imported yet.
+      They are written to the process's file descriptor 2, which no logging filter reaches: for the
+      import only, fd 2 is a temporary file whose other lines are written on afterwards.
+    * gym 0.23's notice that it is unmaintained (printed when TF-Agents 0.19 imports it; tfbuffers'
+      environments are gymnasium's), where gym is installed and not imported yet.
+    * from now on, the repeats of a `SyntaxWarning` that autograph's converted copies of a function raise
+      (Python warned once, on the original; that warning stays).
+
+    `import tfbuffers` does none of this: it changes nothing in the process. The scripts and the notebooks
+    call it first, as a program or notebook that wants a quiet terminal does:
+
+    >>> import tfbuffers
+    >>> tfbuffers.quiet_start_up()  # before TensorFlow is imported
+    >>> import tensorflow as tf
+    """
+    import_tensorflow()
+    import_gym()
+    ignore_autograph_repeats()

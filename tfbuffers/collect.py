@@ -21,11 +21,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfbuffers import _keras, _noise
+from tfbuffers import _keras
 from tfbuffers.observers import PyObserver, TFObserver
 from tfbuffers.replay_buffer import ReplayBuffer, positive_int
-
-_noise.import_gym()  # before tf-agents imports it
 
 try:
     from tf_agents.drivers import dynamic_step_driver, py_driver

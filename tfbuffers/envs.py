@@ -33,9 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tfbuffers import _keras, _noise
-
-_noise.import_gym()  # before tf-agents imports it
+from tfbuffers import _keras
 
 try:
     import gymnasium

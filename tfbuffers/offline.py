@@ -66,9 +66,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _noise, kinds, specs
-
-_noise.import_gym()  # before tf-agents imports it
+from tfbuffers import kinds, specs
 
 try:
     import gymnasium
