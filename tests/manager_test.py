@@ -153,6 +153,27 @@ def test_the_manager_says_its_backend_once(tmp_path, caplog):
         ReplayBufferManager(SPEC, 10, tmp_path / "bad", backend="x")
 
 
+def test_the_local_backend_samples_by_priority_when_asked_and_keeps_the_priorities(tmp_path, caplog):
+    # sampler="prioritized" draws by priority on every backend: locally a TFPrioritizedReplayBuffer (it used to
+    # build a uniform one whatever the sampler said).
+    with caplog.at_level("WARNING", logger="tfbuffers.manager"):
+        first = manager(tmp_path / "replay", "local", sampler="prioritized", priority_exponent=1.0)
+    assert "backend local (a TFPrioritizedReplayBuffer in this process only)" in caplog.text
+    with first:
+        buffer, observer = first.create_replay_buffer()
+        assert type(buffer).__name__ == "TFPrioritizedReplayBuffer" and buffer.priority_exponent == 1.0
+        add(observer, range(4))
+        buffer.update_priorities(tf.constant([0, 1, 2, 3], tf.int64), tf.constant([0.0, 0.0, 3.0, 1.0]))
+        assert windows(first) == {(2, 3)}  # the only window of 2 whose first frame has a priority above 0
+        first.checkpoint()
+    with manager(tmp_path / "replay", "local", sampler="prioritized", priority_exponent=1.0) as second:
+        buffer, _ = second.load_replay_buffer()
+        items, info = buffer.get_next(sample_batch_size=100)
+        assert set(np.asarray(items["x"]).tolist()) == {2, 3}
+        probabilities = dict(zip(np.asarray(items["x"]).tolist(), np.asarray(info.probabilities).tolist()))
+        assert probabilities == {2: 0.75, 3: 0.25}  # the priorities the checkpoint kept, exactly
+
+
 def test_without_reverb_or_ray_the_manager_is_local(tmp_path, monkeypatch):
     import sys
 

@@ -19,7 +19,8 @@ checkpoint), and `reverb/`, the running server's own checkpoint directory.
 
 The backend (`backend=`) is Reverb where dm-reverb imports (Python 3.11), else Ray where
 ray imports (`RayReplayBuffer`: its checkpoints are `checkpoints/<n>/`, each what
-`RayReplayBuffer.save` writes), else a local `TFUniformReplayBuffer` in this process,
+`RayReplayBuffer.save` writes), else a local `TFUniformReplayBuffer` (a `TFPrioritizedReplayBuffer`
+with `sampler="prioritized"`) in this process,
 saved and loaded with `tfbuffers.files` (`checkpoints/<n>.safetensors`); one log line
 says which at start. Every backend gives the same guarantees.
 """
@@ -78,9 +79,11 @@ RAY_RUN_OPTIONS = frozenset(
 )  # how the buffer runs: a loaded checkpoint takes the manager's
 CHOSEN = {
     "reverb": "ReplayBufferManager: backend reverb (a Reverb server in this process)",
-    "ray": "ReplayBufferManager: backend ray (a RayReplayBuffer actor; other processes connect by its name)%s",
-    "local": "ReplayBufferManager: backend local (a TFUniformReplayBuffer in this process only)%s",
+    "ray": "ReplayBufferManager: backend ray (a RayReplayBuffer actor; other processes connect by its name){said}",
+    "local": "ReplayBufferManager: backend local (a {local} in this process only){said}",
 }
+# The local backend's buffer, by sampler: what Reverb's and Ray's samplers of the same name draw.
+LOCAL_BUFFERS = {"uniform": "TFUniformReplayBuffer", "prioritized": "TFPrioritizedReplayBuffer"}
 
 
 def _importable(module: str) -> tuple[bool, str]:
@@ -140,7 +143,8 @@ class ReplayBufferManager:
           checkpoint_dir: Where checkpoints are kept.
           sequence_length: Frames per item: the `num_steps` datasets sample.
           batch_size: Environments adding through the observer at once.
-          sampler: "uniform" or "prioritized".
+          sampler: "uniform" or "prioritized" (locally, a `TFUniformReplayBuffer` or a
+            `TFPrioritizedReplayBuffer` of `priority_exponent`).
           priority_exponent: Alpha, for the prioritized sampler.
           stride: Frames between consecutive items' starts (Reverb).
           keep_checkpoints: How many checkpoints `checkpoint()` keeps, newest first.
@@ -192,7 +196,7 @@ class ReplayBufferManager:
                 raise ImportError(f"backend={backend!r}, but {backend} could not be imported ({reason})")
         self._ray_options = _ray_options(ray_options, backend)
         said = f" ({'; '.join(reasons)})" if reasons else ""
-        logger.warning(CHOSEN[backend] % (said,) if "%s" in CHOSEN[backend] else CHOSEN[backend])
+        logger.warning(CHOSEN[backend].format(said=said, local=LOCAL_BUFFERS[sampler]))
         self._backend = backend
         self._use_reverb = backend == "reverb"
         self._buffer: ReplayBuffer | None = None
@@ -374,11 +378,18 @@ class ReplayBufferManager:
         )
 
     def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
+        from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
         from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
         config = self._config
         max_length = -(-config["capacity"] // config["batch_size"])
-        buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length)
+        buffer: ReplayBuffer
+        if config["sampler"] == "prioritized":  # sampled as Reverb's and Ray's prioritized tables are
+            buffer = TFPrioritizedReplayBuffer(
+                self._data_spec, config["batch_size"], max_length, priority_exponent=config["priority_exponent"]
+            )
+        else:
+            buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length)
         if checkpoint is not None:
             files.load(self._directory / "checkpoints" / f"{checkpoint}.safetensors", buffer)
         return buffer
