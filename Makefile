@@ -6,6 +6,7 @@
 #   make test-fast                  the fast subset (tests not marked slow), for development
 #   make coverage                   every test on both stacks under coverage.py: line and branch coverage of tfbuffers/
 #   make mutations                  the deliberate bugs of scripts/mutations.py, each must make a test fail
+#   make docs                       the documentation site with its API reference, into site/ (warnings are errors)
 #   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
 #   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's Flashbax peer, apart from TensorFlow
 # A venv is set up again when setup.cfg or the stack's constraints file changes.
@@ -24,7 +25,7 @@ endif
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: setup run test test-fast coverage mutations flashbax-env
+.PHONY: setup run test test-fast coverage mutations docs flashbax-env
 
 setup: $(VENV)/.installed
 
@@ -59,6 +60,9 @@ coverage:
 
 mutations: setup
 	$(VENV)/bin/python scripts/mutations.py $(ARGS)
+
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 flashbax-env: .venv-flashbax/.installed
 
