@@ -318,9 +318,15 @@ def _reverb(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbu
 
 
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
-# The contract suite's kinds: every local kind, and Reverb on the stack that has it (the pinned one). The Reverb
-# buffer stores items, not a ring: the cases it does not support are skipped with the reason (`REVERB_SKIPS`).
+HAS_RAY = importlib.util.find_spec("ray") is not None
+# The contract suite's kinds: every local kind, Reverb on the stack that has it (the pinned one) and Ray (run on the
+# current stack, on a local cluster the first buffer starts). The Reverb buffer stores items, not a ring; the Ray
+# buffer's rings are read by draws only: the cases either does not support are skipped with the reason
+# (`REVERB_SKIPS`, `RAY_SKIPS`).
 REVERB_KIND = BufferKind("reverb", _reverb, buffer_class=tfbuffers.ReverbReplayBuffer)
+RAY_KIND = BufferKind(
+    "ray", _from_registry(tfbuffers.kinds.REMOTE_KINDS["ray_uniform"]), buffer_class=tfbuffers.RayReplayBuffer
+)
 
 _REVERB_IDS = (
     "Reverb: BufferInfo.ids are its items' keys and add_batch returns each environment's count of frames, not "
@@ -383,11 +389,53 @@ REVERB_SKIPS = {
     ),
 }
 
+_RAY_ORDER = (
+    "Ray: an actor's segments are read by draws and gather_all only: no deterministic pass, epochs or random "
+    "access by index (sample_all, get_item, sample_by_index)"
+)
+# The contract's cases the Ray buffer does not support, by test function, and why. Every other case runs on it, on a
+# real local cluster: its frames are rings of segments, as the local buffers' are.
+RAY_SKIPS = {
+    "test_sampling_too_few_frames_raises": (
+        "Ray: its refusals name the actor (RayReplayBuffer 'name' is empty ...), for a learner that reads several; "
+        "tests/ray_replay_buffer_test.py checks them"
+    ),
+    "test_random_dataset_has_static_specs_and_sees_new_data": (
+        "Ray: as_dataset fetches the next windows from the actor while the last ones are read (prefetch_items), so "
+        "an element can predate the adds made just before it is asked for"
+    ),
+    "test_deterministic_pass_after_wrap_visits_every_frame_once": _RAY_ORDER,
+    "test_deterministic_windows_never_mix_segments": _RAY_ORDER,
+    "test_deterministic_windows_with_shift_one": _RAY_ORDER,
+    "test_deterministic_batched_pass": _RAY_ORDER,
+    "test_deterministic_pass_drop_remainder": _RAY_ORDER,
+    "test_deterministic_pass_reads_the_buffer_when_iterated": _RAY_ORDER,
+    "test_reads_inside_a_graph_run_when_the_graph_runs": _RAY_ORDER,
+    "test_sample_all_and_indices_are_oldest_first_by_id": _RAY_ORDER,
+    "test_an_index_out_of_range_is_refused_and_the_buffer_works_on": _RAY_ORDER,
+    "test_an_epoch_visits_every_window_once_in_random_order": _RAY_ORDER,
+    "test_an_epoch_of_an_empty_buffer_is_empty_and_arguments_are_checked": _RAY_ORDER,
+    "test_checkpoint_round_trip": (
+        "Ray: the actor's frames are saved by save/load (and kept by directory=), not tf.train.Checkpoint: the "
+        "client holds no variables"
+    ),
+    "test_stateful_dataset_is_accepted_and_changes_nothing": (
+        "Ray: no stateful_dataset (TF-Agents' flag, which the local buffers accept and ignore; the Ray buffer is no "
+        "TF-Agents class)"
+    ),
+    "test_construction_from_a_config": (
+        "Ray: no from_config; its constructor, RayReplayBuffer.load/open and ReplayBufferManager(backend='ray') "
+        "make one"
+    ),
+}
+REMOTE_SKIPS = {"reverb": REVERB_SKIPS, "ray": RAY_SKIPS}
+
 
 def contract_kind(request: pytest.FixtureRequest) -> str:
-    """The contract suite's kind parameter; a case Reverb does not support is skipped, saying why."""
-    if request.param.startswith(REVERB_KIND.name) and request.function.__name__ in REVERB_SKIPS:
-        pytest.skip(REVERB_SKIPS[request.function.__name__])
+    """The contract suite's kind parameter; a case Reverb or Ray does not support is skipped, saying why."""
+    skips = REMOTE_SKIPS.get(request.param.rsplit("_", 1)[0], {})
+    if request.function.__name__ in skips:
+        pytest.skip(skips[request.function.__name__])
     tf.random.set_seed(1234)
     return request.param
 
@@ -410,22 +458,28 @@ UNRESTORABLE = [
 # Each buffer kind called eagerly and with every call inside `tf.function`.
 KINDS = [f"{name}_{mode}" for name in BUFFER_KINDS for mode in ("eager", "function")]
 UNIFORM_KINDS = [kind for kind in KINDS if BUFFER_KINDS[kind.rsplit("_", 1)[0]].uniform]
-CONTRACT_KINDS = KINDS + (["reverb_eager", "reverb_function"] if HAS_REVERB else [])
+CONTRACT_KINDS = [
+    *KINDS,
+    *(["reverb_eager", "reverb_function"] if HAS_REVERB else []),
+    *(["ray_eager", "ray_function"] if HAS_RAY else []),  # marked `ray`: run on the current stack (MARKER_STACK)
+]
 
 
 def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
     """A buffer of the registered kind `name` (`"tf"`, `"py"`, `"tf_prioritized"`, `"py_prioritized"`, `"reverb"`)."""
-    kind = REVERB_KIND if name == REVERB_KIND.name else BUFFER_KINDS[name]
+    kind = {REVERB_KIND.name: REVERB_KIND, RAY_KIND.name: RAY_KIND}.get(name) or BUFFER_KINDS[name]
     return kind.make(spec, batch_size, max_length, **options)
 
 
-# The TF kinds' buffers of SPEC, kept on a shelf per worker process between tests: a test that asks `make_buffer`
-# for one made alike gets a kept one, cleared, instead of a new one whose every `tf.function` (the buffer's graph
-# calls, FunctionWrapped's) traces again; tracing is most of what a TF buffer's test costs. A buffer goes back on
+# The TF and Ray kinds' buffers of SPEC, kept on a shelf per worker process between tests: a test that asks
+# `make_buffer` for one made alike gets a kept one, cleared, instead of a new one whose every `tf.function` (the
+# buffer's graph calls, FunctionWrapped's) traces again, or whose actor starts again (a process importing
+# TensorFlow): that is most of what such a test costs (the Ray cases took 103 s without the shelf, 27 s with it,
+# measured on 2 cores). A buffer goes back on
 # the shelf only when the test that had it passed; a clear must leave it as a new one is (tests/contract_test.py
 # test_clear checks that on every kind), but for its random ops' state, which no case depends on: a draw's
 # assertions hold for any draws. `--every-combination` runs without the shelf.
-SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict")
+SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict", "ray")
 _SHELF: dict[tuple[Any, ...], list[Any]] = {}
 _LENT: list[tuple[tuple[Any, ...], Any]] = []
 _SHELF_ON = [True]
@@ -547,11 +601,11 @@ SLOW_MODULES = {
 # eagerly, the caller's trace inside tf.function) and PyUniformReplayBuffer's host bridge (tfbuffers.host). The
 # two kinds that are those classes as they are ("tf", "py") run every case in both modes. Every other kind is one
 # of them with another storage (py_frames, py_dict, py_memmap, tf_dict), sampler and priorities (the prioritized
-# kinds) or home (Reverb, through the same host bridge), none of which the mode reaches: each runs every case in one
-# mode, the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode) and
-# (kind, mode) pair still runs; `--every-combination` runs the whole cross product.
+# kinds) or home (Reverb and Ray, through the same host bridge), none of which the mode reaches: each runs every case
+# in one mode, the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode)
+# and (kind, mode) pair still runs; `--every-combination` runs the whole cross product.
 CORE_KINDS = ("tf", "py")
-COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb", "tf_dict")
+COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb", "tf_dict", "ray")
 MODES = ("eager", "function")
 
 
@@ -574,7 +628,7 @@ def kind_and_mode(item: pytest.Item) -> tuple[str, str] | None:
     for value in params.values():
         if isinstance(value, str) and value.endswith(tuple(f"_{mode}" for mode in MODES)):
             name, mode = value.rsplit("_", 1)
-            if name in BUFFER_KINDS or name == REVERB_KIND.name:
+            if name in BUFFER_KINDS or name in (REVERB_KIND.name, RAY_KIND.name):
                 return name, mode
     return None
 
@@ -652,7 +706,7 @@ SLOW_TESTS = {
     "sum_tree_test.py::test_numba_is_used_unless_switched_off",
     "compat_test.py::test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens",  # a Ray cluster
 }
-SLOW_KINDS = ("tf_prioritized", "tf_dict")
+SLOW_KINDS = ("tf_prioritized", "tf_dict", "ray")
 KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose slow kinds' cases stay fast
 
 
@@ -688,8 +742,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, (_, modules) in NEEDS.items():
             if item.path.name in modules:
                 item.add_marker(marker)
-        if found is not None and found[0] == REVERB_KIND.name:
-            item.add_marker("reverb")
+        if found is not None and found[0] in (REVERB_KIND.name, RAY_KIND.name):
+            item.add_marker(found[0])  # "reverb" or "ray": the stack that runs it, the extra it needs
         if str(item.path).replace("\\", "/").endswith(NEEDS_REVERB):
             item.add_marker("reverb")
         for marker, skip in skips.items():

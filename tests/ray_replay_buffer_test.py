@@ -20,7 +20,7 @@ import ray
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import PyPrioritizedReplayBuffer, PyUniformReplayBuffer, RayReplayBuffer
+from tfbuffers import PyUniformReplayBuffer, RayReplayBuffer, kinds
 from tfbuffers import ray_replay_buffer as ray_lib
 from tfbuffers.specs import flatten_spec
 
@@ -207,8 +207,10 @@ def test_bad_arguments_are_refused_before_an_actor_starts():
 
 
 def test_prioritized_probabilities_are_one_buffers_across_segments():
-    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, sampler="prioritized", priority_exponent=0.5, seed=2)
-    local = PyPrioritizedReplayBuffer(SPEC, batch_size=2, max_length=4, priority_exponent=0.5, seed=2)
+    # Both made by the registry's kinds, alike: the remote kind presets the sampler.
+    buffer = kinds.make("ray_prioritized", SPEC, batch_size=2, max_length=4, seed=2, priority_exponent=0.5)
+    local = kinds.make("py_prioritized", SPEC, batch_size=2, max_length=4, seed=2, priority_exponent=0.5)
+    assert type(buffer) is RayReplayBuffer and buffer.sampler == "prioritized" and buffer.prioritized
     for t in range(3):
         for target in (buffer, local):
             target.add_batch(batch([t, 100 + t], 2))

@@ -183,8 +183,23 @@ def test_a_kind_is_what_the_registry_says(name):
     assert int(buffer.num_frames()) == 2
 
 
+def test_the_remote_kinds_are_registered_apart_from_the_local_ones():
+    # Ray's buffer, one kind per sampler: known to get and make (the contract tests run ray_uniform), never to
+    # files, tfbuffers.open or configs, which name local classes (BY_CLASS).
+    assert sorted(kinds.REMOTE_KINDS) == ["ray_prioritized", "ray_uniform"]
+    for name, kind in kinds.REMOTE_KINDS.items():
+        assert kinds.get(name) is kind and not kind.local and kind.host
+        assert kind.buffer_class is tfbuffers.RayReplayBuffer
+        assert dict(kind.preset) == {"sampler": name.removeprefix("ray_")} and kind.prioritized == (
+            "prioritized" in name
+        )
+    assert "RayReplayBuffer" not in kinds.BY_CLASS and all(kind.local for kind in kinds.KINDS.values())
+
+
 def test_an_unknown_kind_is_refused_naming_those_there_are():
-    with pytest.raises(ValueError, match=r"buffer: expected one of \['py_hashed', .*'tf_uniform'\], got 'ring'"):
+    with pytest.raises(
+        ValueError, match=r"buffer: expected one of \['py_hashed', .*'ray_uniform', .*'tf_uniform'\], got 'ring'"
+    ):
         kinds.get("ring")
 
 

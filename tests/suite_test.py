@@ -53,7 +53,7 @@ def kept(case: str, kind: str) -> bool:
 def test_the_covering_design_runs_every_pair_of_case_kind_and_mode():
     cases = contract_cases()
     assert len(cases) >= 30
-    names = [*conftest.BUFFER_KINDS, conftest.REVERB_KIND.name]
+    names = [*conftest.BUFFER_KINDS, conftest.REVERB_KIND.name, conftest.RAY_KIND.name]
     assert set(names) == set(conftest.CORE_KINDS) | set(conftest.COVERED_KINDS)
     for case in cases:
         for name in conftest.CORE_KINDS:  # the execution modes' own classes: every case in both modes
@@ -106,7 +106,7 @@ def test_the_slow_kinds_cases_are_found_by_kind_and_mode_or_by_bare_name_outside
     def item(module: str, params: dict[str, Any]) -> Item:
         return Item(f"tests/{module}::test_x", Callspec(params), path=TESTS / module)
 
-    assert conftest.SLOW_KINDS == ("tf_prioritized", "tf_dict")
+    assert conftest.SLOW_KINDS == ("tf_prioritized", "tf_dict", "ray")
     assert conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_dict_function"}))
     assert conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_prioritized_eager"}))
     assert conftest.on_a_slow_kind(item("compat_test.py", {"kind": "tf_prioritized_function"}))  # kind-mode: always

@@ -183,11 +183,6 @@ class SegmentedReplayBuffer(SegmentedStates):
         """
         return 0 if self.closed else self._nbytes()
 
-    @property
-    def full(self) -> bool:
-        """Whether every segment holds `max_length` frames (eager only)."""
-        return self.size == self.capacity
-
     @_not_converted
     def sample_all(self) -> Any:
         """Every stored frame, `[num_frames, ...]`, oldest first: by id (add number, then segment).

@@ -240,6 +240,11 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         """The number of frames stored (`size`)."""
         return self.size
 
+    @property
+    def full(self) -> bool:
+        """Whether it holds `capacity` frames (items, on Reverb): every segment its `max_length` (eager only)."""
+        return self.size == self.capacity
+
     @_not_converted
     def num_frames(self) -> Any:
         """Returns the number of frames (items) stored, an int64 scalar."""
