@@ -10,7 +10,8 @@ exactly those of one buffer holding every segment's windows.
 
 Only the modules of `tfbuffers.remote.ray` import Ray (the `ray` extra), and only when a buffer is made or
 connected: the cluster (`ensure_ray`), the rate limiter, the actor (`RayHost`), the writer (`RayWriter`), the
-manifest and the client (`RayReplayBuffer`), each a module of its own; this module is where they are imported from.
+manifest, the configuration (its arguments checked) and the client (`RayReplayBuffer`), each a module of its own;
+this module is where they are imported from.
 """
 
 from tfbuffers.remote.ray.actor import RayHost

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host, prioritized, specs
-from tfbuffers import state as state_lib
+from tfbuffers import host, specs
 from tfbuffers.remote.base import RemoteReplayBuffer
-from tfbuffers.remote.options import check_ratio, check_sampler
 from tfbuffers.remote.ray.actor import actor_class
 from tfbuffers.remote.ray.cluster import NAMESPACE, call, cause_of, ensure_ray, import_ray
+from tfbuffers.remote.ray.config import actor_config, check_timeout, found_actor
 from tfbuffers.remote.ray.manifest import Source, read_manifest
 from tfbuffers.remote.ray.writer import RayWriter
 from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
@@ -38,17 +37,6 @@ NO_PASS = (
 
 NOT_PRIORITIZED = (
     "update_priorities: the buffer samples uniformly (sampler='uniform'); make it with sampler='prioritized'"
-)
-
-
-NO_ACTOR = (
-    "RayReplayBuffer.connect: no buffer named {name!r} in Ray namespace {namespace!r} of the cluster at {address}"
-)
-
-
-OTHER_FRAMES = (
-    "data_spec: expected RayReplayBuffer {name!r} to hold frames of the data_spec given, got a buffer whose "
-    "{differences}"
 )
 
 
@@ -153,50 +141,24 @@ class RayReplayBuffer(RemoteReplayBuffer):
           ImportError: If Ray cannot be imported.
           TypeError, ValueError: If an argument has the wrong type or is out of range, naming it.
         """
-        from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer, segment_sizes
-
-        batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
-        sampler = check_sampler(sampler)
-        priority_exponent = prioritized.check_exponent(priority_exponent)
-        min_size_to_sample = optional_positive_int("min_size_to_sample", min_size_to_sample)
-        ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)
-        if ratio is not None and min_size_to_sample is None:
-            min_size_to_sample = 1
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-            raise ValueError(f"timeout: expected a number of seconds > 0 or None, got {timeout!r}")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
-        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
-        source: Source | None = directory if isinstance(directory, Source) else None  # from open() or load()
-        if source is not None:
-            directory = source.directory
-        if directory is not None and (source is None or source.kind == "load"):
-            directory = pathlib.Path(directory).absolute()
-            if directory.exists() and any(directory.iterdir()):
-                raise ValueError(
-                    f"directory: expected a new or empty directory, got {str(directory)!r}, which holds files "
-                    "(RayReplayBuffer.open reopens a buffer's directory)"
-                )
-        # The segments' options checked here, by a buffer of one frame in RAM: refused before an actor starts.
-        probe = PyUniformReplayBuffer(
-            data_spec, batch_size=1, max_length=1, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks
+        config = actor_config(
+            data_spec,
+            capacity,
+            batch_size=batch_size,
+            max_length=max_length,
+            sampler=sampler,
+            priority_exponent=priority_exponent,
+            episode_boundaries=episode_boundaries,
+            frame_stacks=frame_stacks,
+            directory=directory,
+            min_size_to_sample=min_size_to_sample,
+            samples_per_insert=samples_per_insert,
+            error_buffer=error_buffer,
+            seed=seed,
+            name=name,
         )
-        probe.close()
-        config = {
-            "data_spec": specs.unwrap(data_spec),
-            "batch_size": batch_size,
-            "max_length": max_length,
-            "sampler": sampler,
-            "priority_exponent": priority_exponent,
-            "episode_boundaries": episode_boundaries,
-            "frame_stacks": frame_stacks,
-            "directory": None if directory is None else str(directory),
-            "min_size_to_sample": min_size_to_sample,
-            "ratio": ratio,
-            "seed": seed,
-            "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
-            "source": None if source is None else [source.kind, str(source.path)],
-        }
+        timeout = check_timeout(timeout)
+        prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         ray = ensure_ray(address)
         actor = actor_class(ray).options(name=config["name"], namespace=NAMESPACE).remote(config)
         try:
@@ -245,24 +207,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
         """
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         wanted = None if data_spec is None else specs.flatten_spec(data_spec)  # a bad spec refused before connecting
-        ray = ensure_ray(address)
-        try:
-            actor = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            raise ValueError(
-                NO_ACTOR.format(name=name, namespace=NAMESPACE, address=ray.get_runtime_context().gcs_address)
-            ) from None
-        config = ray.get(actor.config.remote())
-        if wanted is not None:
-            differences = state_lib.field_differences(
-                state_lib.field_list(specs.flatten_spec(config["data_spec"])),
-                state_lib.field_list(wanted),
-                extra="{path} is not in the data_spec given",
-                missing="{path} is missing",
-                differs="{path} holds {received}, the data_spec given {expected}",
-            )
-            if differences:
-                raise ValueError(OTHER_FRAMES.format(name=name, differences="; ".join(differences)))
+        actor, config = found_actor(ensure_ray(address), name, wanted)
         return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch_items)
 
     @classmethod

@@ -1,0 +1,135 @@
+"""The Ray buffer's configuration: its constructor's and `connect`'s arguments checked, as the actor takes them.
+
+Every check runs in the caller's process, before an actor starts or a handle is made, and names the argument
+(the segments' own options by a py buffer of one frame, as each segment will be).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import uuid
+from typing import Any
+
+from tfbuffers import prioritized, specs
+from tfbuffers import state as state_lib
+from tfbuffers.remote.options import check_ratio, check_sampler
+from tfbuffers.remote.ray.cluster import NAMESPACE
+from tfbuffers.remote.ray.manifest import Source
+from tfbuffers.replay_buffer import optional_positive_int
+
+NO_ACTOR = (
+    "RayReplayBuffer.connect: no buffer named {name!r} in Ray namespace {namespace!r} of the cluster at {address}"
+)
+OTHER_FRAMES = (
+    "data_spec: expected RayReplayBuffer {name!r} to hold frames of the data_spec given, got a buffer whose "
+    "{differences}"
+)
+NOT_EMPTY = (
+    "directory: expected a new or empty directory, got {directory!r}, which holds files "
+    "(RayReplayBuffer.open reopens a buffer's directory)"
+)
+
+
+def actor_config(
+    data_spec: Any,
+    capacity: int | None,
+    *,
+    batch_size: int,
+    max_length: int | None,
+    sampler: str,
+    priority_exponent: float,
+    episode_boundaries: bool | str,
+    frame_stacks: Any,
+    directory: str | os.PathLike | Source | None,
+    min_size_to_sample: int | None,
+    samples_per_insert: float | None,
+    error_buffer: float | None,
+    seed: int | None,
+    name: str | None,
+) -> dict[str, Any]:
+    """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
+
+    `directory` is a `Source` when `RayReplayBuffer.open` or `load` makes the buffer.
+
+    Raises:
+      TypeError, ValueError: Naming the argument, what was expected and what was received.
+    """
+    from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer, segment_sizes
+
+    batch_size, max_length = segment_sizes(capacity, batch_size, max_length)
+    sampler = check_sampler(sampler)
+    priority_exponent = prioritized.check_exponent(priority_exponent)
+    min_size_to_sample = optional_positive_int("min_size_to_sample", min_size_to_sample)
+    ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)
+    if ratio is not None and min_size_to_sample is None:
+        min_size_to_sample = 1
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
+    source: Source | None = None
+    target: str | os.PathLike | None = None
+    if isinstance(directory, Source):  # from open() or load()
+        source, target = directory, directory.directory
+    else:
+        target = directory
+    path = None if target is None else pathlib.Path(target)
+    if path is not None and (source is None or source.kind == "load"):
+        path = path.absolute()
+        if path.exists() and any(path.iterdir()):
+            raise ValueError(NOT_EMPTY.format(directory=str(path)))
+    # The segments' options checked by a buffer of one frame in RAM: refused before an actor starts.
+    probe = PyUniformReplayBuffer(
+        data_spec, batch_size=1, max_length=1, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks
+    )
+    probe.close()
+    return {
+        "data_spec": specs.unwrap(data_spec),
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "sampler": sampler,
+        "priority_exponent": priority_exponent,
+        "episode_boundaries": episode_boundaries,
+        "frame_stacks": frame_stacks,
+        "directory": None if path is None else str(path),
+        "min_size_to_sample": min_size_to_sample,
+        "ratio": ratio,
+        "seed": seed,
+        "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
+        "source": None if source is None else [source.kind, str(source.path)],
+    }
+
+
+def check_timeout(timeout: Any) -> float | None:
+    """`timeout`: seconds > 0, or None (forever).
+
+    Raises:
+      ValueError: Naming it, if it is anything else.
+    """
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise ValueError(f"timeout: expected a number of seconds > 0 or None, got {timeout!r}")
+    return timeout
+
+
+def found_actor(ray: Any, name: str, wanted: list[specs.Field] | None) -> tuple[Any, dict[str, Any]]:
+    """The actor named `name` in the cluster and its configuration, holding frames of the fields `wanted` (None: any).
+
+    Raises:
+      ValueError: If there is no such actor, or it holds other frames, naming each field that differs.
+    """
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        address = ray.get_runtime_context().gcs_address
+        raise ValueError(NO_ACTOR.format(name=name, namespace=NAMESPACE, address=address)) from None
+    config = ray.get(actor.config.remote())
+    if wanted is not None:
+        differences = state_lib.field_differences(
+            state_lib.field_list(specs.flatten_spec(config["data_spec"])),
+            state_lib.field_list(wanted),
+            extra="{path} is not in the data_spec given",
+            missing="{path} is missing",
+            differs="{path} holds {received}, the data_spec given {expected}",
+        )
+        if differences:
+            raise ValueError(OTHER_FRAMES.format(name=name, differences="; ".join(differences)))
+    return actor, config
