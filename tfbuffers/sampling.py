@@ -51,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import _episodes, _ring, _sum_tree
+from tfbuffers._factories import made
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
 NO_PRIORITY = (
@@ -372,14 +373,10 @@ def make(factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_
     """
     if factory is None:
         return UniformSampler(buffer_name, batch_size, max_length)
-    if not callable(factory):
-        raise TypeError(NOT_A_SAMPLER.format(received=f"{type(factory).__name__} {factory!r}"))
-    made = factory(buffer_name, batch_size, max_length)
-    if not isinstance(made, Sampler):
-        raise TypeError(NOT_A_SAMPLER.format(received=f"a factory that made {type(made).__name__}"))
-    if made.prioritized:
-        raise ValueError(PRIORITIZED_SAMPLER.format(sampler=type(made).__name__))
-    return made
+    sampler: Sampler = made(factory, (buffer_name, batch_size, max_length), Sampler, NOT_A_SAMPLER)
+    if sampler.prioritized:
+        raise ValueError(PRIORITIZED_SAMPLER.format(sampler=type(sampler).__name__))
+    return sampler
 
 
 def _choose(backend: Backend, enough: Any, from_draws: Callable[[], Any], in_one_pass: Callable[[], Any]) -> Any:

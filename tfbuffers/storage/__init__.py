@@ -54,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tfbuffers._factories import made
 from tfbuffers.specs import Field
 from tfbuffers.storage.base import Storage, StorageFactory
 from tfbuffers.storage.frame_stacks import FRAME_STACK_AXIS, FRAME_STACKS, FrameStackTable, frame_stack_axes
@@ -98,12 +99,7 @@ def make(storage: StorageFactory | None, fields: Sequence[Field], num_rows: int,
         return FrameStackTable(fields, num_rows, stacks)
     if storage is None:
         return NumpyTable(fields, num_rows)
-    if not callable(storage):
-        raise TypeError(NOT_A_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
-    made = storage(fields, num_rows)
-    if not isinstance(made, Storage):
-        raise TypeError(NOT_A_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
-    return made
+    return made(storage, (fields, num_rows), Storage, NOT_A_STORAGE)
 
 
 def make_graph(
@@ -116,9 +112,4 @@ def make_graph(
     """
     if storage is None:
         return VariableStorage(fields, num_rows, device)
-    if not callable(storage):
-        raise TypeError(NOT_A_GRAPH_STORAGE.format(received=f"{type(storage).__name__} {storage!r}"))
-    made = storage(fields, num_rows, device)
-    if not isinstance(made, GraphStorage):
-        raise TypeError(NOT_A_GRAPH_STORAGE.format(received=f"a factory that made {type(made).__name__}"))
-    return made
+    return made(storage, (fields, num_rows, device), GraphStorage, NOT_A_GRAPH_STORAGE)
