@@ -222,6 +222,27 @@ def test_importing_tfbuffers_changes_nothing_in_the_process():
     assert run.stdout.splitlines() == ["False False", "True True", "[]", "True True"]
 
 
+KEPT_FILTERS = textwrap.dedent(
+    """
+    import warnings
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="mine")
+    import tfbuffers
+    tfbuffers.quiet_start_up()
+    import gym  # imported by the call, quietly
+    print(sorted({f[0] for f in warnings.filters if f[2] is DeprecationWarning and f[3] is None}))
+    """
+)
+
+
+def test_quiet_start_up_keeps_the_programs_warnings_filters_in_front():
+    # gym 0.23's import puts "show every DeprecationWarning once" first among the filters, over the program's own
+    # (tf-agents' distutils notices then showed; gym 0.23.1, the current stack's): the call imports gym with the
+    # filters restored after.
+    run = subprocess.run([sys.executable, "-c", KEPT_FILTERS], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "once" not in run.stdout and run.stdout.startswith("[")  # Python's own "ignore" is there
+
+
 def test_an_unknown_name_is_an_attribute_error_naming_it():
     with pytest.raises(AttributeError, match="module 'tfbuffers' has no attribute 'TFUniformBuffer'"):
         tfbuffers.TFUniformBuffer  # noqa: B018

@@ -71,11 +71,16 @@ def gym_notices() -> set[str]:
 
 
 def import_gym() -> None:
-    """Imports `gym` (where installed and not imported yet) without its unmaintained-notice."""
+    """Imports `gym` (where installed and not imported yet) without its unmaintained-notice.
+
+    gym 0.23's import also puts a filter first in the process's warnings filters (every `DeprecationWarning`
+    shown once), which would override the program's own filters set before this call: the filters are
+    restored as they were.
+    """
     if "gym" in sys.modules or importlib.util.find_spec("gym") is None:
         return
     quiet = cast(TextIO, _Without(sys.stderr, gym_notices()))
-    with contextlib.redirect_stderr(quiet), contextlib.suppress(ImportError):
+    with contextlib.redirect_stderr(quiet), contextlib.suppress(ImportError), warnings.catch_warnings():
         import gym  # noqa: F401
 
 
