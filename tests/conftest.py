@@ -705,6 +705,11 @@ SLOW_TESTS = {
     "memmap_test.py::test_anonymous_resident_memory_stays_under_a_tenth_of_the_stored_bytes",
     "sum_tree_test.py::test_numba_is_used_unless_switched_off",
     "compat_test.py::test_a_ray_buffer_saved_or_mapped_before_the_composition_loads_and_reopens",  # a Ray cluster
+    # Each starts a Python that imports TensorFlow (or mkdocs): what import tfbuffers and quiet_start_up change.
+    "hygiene_test.py::test_quiet_start_up_keeps_tensorflows_start_up_lines_off",
+    "hygiene_test.py::test_importing_tfbuffers_changes_nothing_in_the_process",
+    "hygiene_test.py::test_quiet_start_up_keeps_the_programs_warnings_filters_in_front",
+    "readme_test.py::test_the_api_reference_builds_with_warnings_as_errors_and_covers_every_public_module",
 }
 SLOW_KINDS = ("tf_prioritized", "tf_dict", "ray")
 KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose slow kinds' cases stay fast
