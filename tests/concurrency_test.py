@@ -121,7 +121,7 @@ def test_a_prioritized_draw_of_a_row_an_add_is_still_writing_is_read_again(monke
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     buffer.update_priorities(tf.constant([0, 1, 2], tf.int64), tf.constant([1e-9] * 3))  # the next rows dominate
     rows = tf.constant([3, 4, 5], tf.int64)  # the second add's block: frames 3, 4, 5
-    buffer._priorities.added(rows)  # the add's first step; its rows and counter not written yet
+    buffer.sampler.on_add(tf.constant(1, tf.int64), rows)  # the add's first step; its rows and counter not written yet
     busy = READ_BUSY.format(buffer="TFPrioritizedReplayBuffer", attempts=5)
     in_graph = tf.function(lambda: buffer.get_next(64, 1))
     dataset = buffer.as_dataset(64, 1)

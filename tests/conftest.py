@@ -229,6 +229,14 @@ def _buffer_kinds() -> dict[str, BufferKind]:
         buffer_class=tfbuffers.TFUniformReplayBuffer,
         load_options={"storage": DictVariables},
     )
+    # A sampler written here (`KeptAddsUniform`, stateful), on each buffer: one entry each.
+    for name, kind in (("py_kept", py), ("tf_kept", tf_kind)):
+        found[name] = BufferKind(
+            name,
+            _from_registry(kind, sampler=lambda spec: KeptAddsUniform),
+            buffer_class=kind.buffer_class,
+            load_options={"sampler": KeptAddsUniform},
+        )
     return found
 
 
@@ -288,6 +296,63 @@ class DictVariables(tfbuffers.storage.GraphStorage):
     def write_field(self, index: int, rows: Any, values: Any) -> Any:
         flat = tf.reshape(values, [-1, self.fields[index].spec.shape.num_elements()])
         return self.rows[self.fields[index].path].scatter_update(tf.IndexedSlices(flat, rows))
+
+
+class KeptAddsUniform(tfbuffers.sampling.UniformSampler):
+    """A sampler written here that keeps state: each storage row's add number, told by the buffer's events.
+
+    Uniform as `UniformSampler`, whose draws it checks against its state: every drawn row must hold the add its
+    id names (`id // batch_size`), or the sample fails naming the sampler. So a missed or misordered add, clear or
+    restore fails the contract cases on it. Its state is an extra of the storage (`storage.extra`), a numpy array
+    on the host and a variable in the graph; a restore rebuilds it from the counter, so states and files need not
+    carry it. It joins every multi-buffer test through its entries in `_buffer_kinds` (`py_kept`, `tf_kept`).
+    """
+
+    MISMATCH = "KeptAddsUniform: a drawn row does not hold the add its id names"
+
+    def bind(self, storage: Any, backend: Any, step_field: Any) -> None:
+        super().bind(storage, backend, step_field)
+        self.kept = storage.extra("kept_adds", np.full([self.batch_size * self.max_length], -1, np.int64))
+
+    def on_add(self, added: Any, rows: Any) -> list[Any]:
+        events = super().on_add(added, rows)
+        if not self._graph:
+            self.kept[rows] = added
+            return events
+        return [*events, self.kept.scatter_update(tf.IndexedSlices(tf.fill([self.batch_size], added), rows))]
+
+    def on_clear(self) -> list[Any]:
+        events = super().on_clear()
+        if not self._graph:
+            self.kept[:] = -1
+            return events
+        return [*events, self.kept.assign(tf.fill([self.batch_size * self.max_length], tf.constant(-1, tf.int64)))]
+
+    def restore_targets(self) -> list[Any]:
+        return [*super().restore_targets(), self.kept]
+
+    def on_restore(self, added: Any, step_types: Any, extras: Any) -> list[Any]:
+        values = super().on_restore(added, step_types, extras)
+        # Position p of each segment holds the newest add a < added with a % max_length == p (-1 for none).
+        positions = np.arange(self.max_length)
+        newest = added - 1 - (added - 1 - positions) % self.max_length
+        kept = np.repeat(np.where(newest >= 0, newest, -1), self.batch_size).astype(np.int64)
+        if self._graph:
+            return [*values, kept]
+        np.copyto(self.kept, kept)
+        return values
+
+    def sample(self, backend: Any, added: Any, sample_batch_size: Any, num_steps: Any) -> Any:
+        sample = super().sample(backend, added, sample_batch_size, num_steps)
+        holds = backend.tree.gather(self.kept, sample.rows) == sample.ids // self.batch_size
+        if not self._graph:
+            backend.require(np.all(holds), self.MISMATCH)
+            return sample
+        holds = tf.reduce_all(holds)
+        if sample.valid is True:
+            return sample._replace(valid=holds, invalid_message=self.MISMATCH)
+        message = backend.select(sample.valid, self.MISMATCH, sample.invalid_message)
+        return sample._replace(valid=holds & sample.valid, invalid_message=message)
 
 
 # Every local kind in tfbuffers.kinds joins every contract, cross-check, fuzz, files and concurrency test here.
@@ -479,7 +544,7 @@ def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, 
 # the shelf only when the test that had it passed; a clear must leave it as a new one is (tests/contract_test.py
 # test_clear checks that on every kind), but for its random ops' state, which no case depends on: a draw's
 # assertions hold for any draws. `--every-combination` runs without the shelf.
-SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict", "ray")
+SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict", "tf_kept", "ray")
 _SHELF: dict[tuple[Any, ...], list[Any]] = {}
 _LENT: list[tuple[tuple[Any, ...], Any]] = []
 _SHELF_ON = [True]
@@ -605,7 +670,18 @@ SLOW_MODULES = {
 # in one mode, the two modes alternating over cases and, for one case, over kinds. So every (case, kind), (case, mode)
 # and (kind, mode) pair still runs; `--every-combination` runs the whole cross product.
 CORE_KINDS = ("tf", "py")
-COVERED_KINDS = ("tf_prioritized", "py_prioritized", "py_frames", "py_dict", "py_memmap", "reverb", "tf_dict", "ray")
+COVERED_KINDS = (
+    "tf_prioritized",
+    "py_prioritized",
+    "py_frames",
+    "py_dict",
+    "py_memmap",
+    "reverb",
+    "tf_dict",
+    "py_kept",
+    "tf_kept",
+    "ray",
+)
 MODES = ("eager", "function")
 
 
@@ -711,7 +787,7 @@ SLOW_TESTS = {
     "hygiene_test.py::test_quiet_start_up_keeps_the_programs_warnings_filters_in_front",
     "readme_test.py::test_the_api_reference_builds_with_warnings_as_errors_and_covers_every_public_module",
 }
-SLOW_KINDS = ("tf_prioritized", "tf_dict", "ray")
+SLOW_KINDS = ("tf_prioritized", "tf_dict", "tf_kept", "ray")
 KEEP_SLOW_KINDS_FAST = ("storage_test.py", "compat_test.py")  # the modules whose slow kinds' cases stay fast
 
 

@@ -261,12 +261,13 @@ class BufferMachine(RuleBasedStateMachine):
         np.testing.assert_array_equal(stress.check_whole(self.buffer.gather_all()), self.model.gather_all())
 
 
-# One machine per registered buffer kind (`conftest.BUFFER_KINDS`) but `tf_dict`: the TF buffer over a storage
-# written in conftest, whose algorithms are the TF buffer's machine's; its storage runs the contract, files, state
-# and concurrency suites. The TF prioritized buffer runs half the examples: each costs it a trace per new shape,
-# everything but its priorities is the TF buffer's (all the examples), and its priorities are the py prioritized
-# buffer's arithmetic (all; the cross-check makes them agree).
-FUZZED_KINDS = [name for name in conftest.BUFFER_KINDS if name != "tf_dict"]
+# One machine per registered buffer kind (`conftest.BUFFER_KINDS`) but `tf_dict` and `tf_kept`: the TF buffer over
+# a storage or with a sampler written in conftest, whose algorithms are the TF buffer's machine's; the parts run the
+# contract, files, state and concurrency suites (and `py_kept`'s machine fuzzes the same sampler). The
+# TF prioritized buffer runs half the examples: each costs it a trace per new shape, everything but its priorities
+# is the TF buffer's (all the examples), and its priorities are the py prioritized buffer's arithmetic (all; the
+# cross-check makes them agree).
+FUZZED_KINDS = [name for name in conftest.BUFFER_KINDS if name not in ("tf_dict", "tf_kept")]
 for _name in FUZZED_KINDS:
     _machine = type(f"{_name.capitalize()}Machine", (BufferMachine,), {"kind": _name})
     _case = _machine.TestCase

@@ -414,8 +414,10 @@ def test_an_add_cut_short_is_undone_from_the_journal(adds, tmp_path):
     # Add number `adds` as far as its writes go, without its commit: rows, record of episode ends, priorities.
     with on_disk._lock:
         first_row = 2 * (adds % 5)
-        table.write_block(first_row, tf.nest.flatten(item(SPEC, adds)))
-        on_disk._priorities.added(first_row)
+        leaves = tf.nest.flatten(item(SPEC, adds))
+        on_disk.sampler.before_add(adds, leaves[[f.path for f in on_disk.fields].index("step_type")])
+        table.write_block(first_row, leaves)
+        on_disk.sampler.on_add(adds, slice(first_row, first_row + 2))
     assert on_disk.storage.extras["priority"][first_row : first_row + 2].tolist() == [1.0, 1.0]
     if adds == 7:
         assert contents(on_disk)["action"][:, 0].tolist() == [700, 701]  # torn: the ring's oldest frames overwritten

@@ -96,7 +96,7 @@ def test_a_wrong_sampler_is_refused_naming_it(name, sampler, message):
 
 def test_a_uniform_buffer_refuses_a_prioritized_sampler(name):
     def prioritized(buffer_name, batch_size, max_length):
-        return sampling.PrioritizedSampler(buffer_name, batch_size, max_length, lambda: None)
+        return sampling.PrioritizedSampler(buffer_name, batch_size, max_length)
 
     with pytest.raises(
         ValueError,

@@ -292,7 +292,7 @@ def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones
 def test_a_prioritized_buffer_is_a_uniform_one_holding_priorities(name):
     # Composed, not subclassed per feature: the class adds its signature and update_priorities' argument
     # handling (the constructor's part is _segmented.PrioritizedBinding's); the writes are the uniform
-    # buffer's, with the priorities part it holds (tfbuffers.prioritized).
+    # buffer's, and the priorities are its sampler's state (sampling.PrioritizedSampler), told of every event.
     kind = kinds.get(name)
     defined = {attribute for attribute in vars(kind.buffer_class) if not attribute.startswith("__")} - {"_abc_impl"}
     handling = "_update_value" if kind.host else "_update_tensors"

@@ -106,7 +106,7 @@ def test_the_slow_kinds_cases_are_found_by_kind_and_mode_or_by_bare_name_outside
     def item(module: str, params: dict[str, Any]) -> Item:
         return Item(f"tests/{module}::test_x", Callspec(params), path=TESTS / module)
 
-    assert conftest.SLOW_KINDS == ("tf_prioritized", "tf_dict", "ray")
+    assert conftest.SLOW_KINDS == ("tf_prioritized", "tf_dict", "tf_kept", "ray")
     assert conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_dict_function"}))
     assert conftest.on_a_slow_kind(item("contract_test.py", {"kind": "tf_prioritized_eager"}))
     assert conftest.on_a_slow_kind(item("compat_test.py", {"kind": "tf_prioritized_function"}))  # kind-mode: always

@@ -178,7 +178,7 @@ class _Record:
         self._step_field = step_field
         self._batch_size = batch_size
         self._max_length = max_length
-        # The rows' weights in draws (`weights(rows)`: a prioritized buffer's priorities part); 1 without.
+        # The rows' weights in draws (`weights(rows)`: the prioritized sampler's priorities); 1 without.
         self.weights: Callable[[Any], Any] | None = None
 
     def row_columns(self, rows: Any) -> Any:
@@ -247,12 +247,6 @@ class HostRecord(_Record):
     def cleared(self) -> None:
         """The buffer was cleared: no episode ended."""
         reset(self.record)
-
-    def restored(self, added: int) -> None:
-        """The storage's rows (and priorities) were replaced by a restore's: the record rebuilt from them."""
-        column = self._storage.column(self._step_field)
-        weights = self.row_columns(np.arange(self._storage.num_rows))[:, WEIGHT]
-        assign(self.record, self.rebuilt(column, weights, added))
 
 
 class GraphRecord(_Record):

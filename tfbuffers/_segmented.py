@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _datasets, _ring, prioritized, sampling, specs
+from tfbuffers import _datasets, _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._segmented_states import SegmentedStates
 from tfbuffers.replay_buffer import (
@@ -48,6 +48,9 @@ EPISODE_FIELD = "episode_boundaries: field {path}: expected an integer scalar sp
 
 class SegmentedReplayBuffer(SegmentedStates):
     """A buffer of `batch_size` rings of `max_length` frames each."""
+
+    _PRIORITIZED = False
+    """Whether it draws by priority (a prioritized sampler, `update_priorities`): `PrioritizedBinding`'s."""
 
     _HOST_READS: bool
     """Whether the buffer's reads are host calls (numpy behind `tfbuffers.host`): then every dataset of it
@@ -82,7 +85,9 @@ class SegmentedReplayBuffer(SegmentedStates):
         self._episodes = step_field is not None
         if step_field is not None:
             self._step_field = step_field
-        self._use_sampler(sampling.make(sampler, type(self).__name__, batch_size, max_length))
+        self._use_sampler(
+            sampling.make(sampler, type(self).__name__, batch_size, max_length, prioritized=self._PRIORITIZED)
+        )
         self._datasets = _datasets.SegmentedDatasets(
             weak_method(self._dataset_reads),
             batch_size=batch_size,
@@ -92,33 +97,29 @@ class SegmentedReplayBuffer(SegmentedStates):
             drop_remainder=dataset_drop_remainder,
             host_reads=self._HOST_READS,
         )
-        # A prioritized buffer's priorities (`tfbuffers.prioritized`: `HostPriorities` or `GraphPriorities`).
-        self._priorities: Any = None
         # Tracked: `tf.train.Checkpoint` saves the buffer's state through it, by name.
         self._state_checkpoint = state_lib.StateCheckpoint(self)
 
     def _use_sampler(self, sampler: sampling.Sampler) -> None:
-        """Samples with `sampler`, which reads the step types when episode boundaries are on."""
-        if self._episodes:
-            if not sampler.keeps_episode_boundaries:
-                raise ValueError(sampling.NO_EPISODES.format(sampler=type(sampler).__name__))
-            # Held weakly, as every part the buffer holds holds it: a dropped buffer is freed at once.
-            sampler.step_types = weak_method(self._step_types)
-            sampler.near = weak_method(self._episode_ends)
+        """Samples with `sampler`, bound to the storage by the subclass (`_bind_sampler`)."""
+        if self._episodes and not sampler.keeps_episode_boundaries:
+            raise ValueError(sampling.NO_EPISODES.format(sampler=type(sampler).__name__))
         self._sampler = sampler
+
+    def _bind_sampler(self, storage: Any, backend: sampling.Backend) -> None:
+        """The sampler keeps its state in `storage` (`Sampler.bind`), told of the step-type field."""
+        self._sampler.bind(storage, backend, self._step_field if self._episodes else None)
 
     def state_template(self) -> state_lib.BufferState:
         """A `BufferState` with this buffer's format, layout, fields, names and shapes, and no contents.
 
         Its arrays are zero-strided views: they take no memory. A prioritized buffer's is in the
-        prioritized format, with the priorities as extras.
+        prioritized format, with the priorities as extras (its sampler's `state_template`).
         """
-        template = super().state_template()
-        return template if self._priorities is None else prioritized.state_template(template, self.capacity)
+        return self._sampler.state_template(super().state_template())
 
     def _check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
-        if self._priorities is not None:
-            prioritized.check_extras(extras, source)
+        self._sampler.check_extras(extras, source)
 
     @property
     def prioritized(self) -> bool:
@@ -352,14 +353,6 @@ class SegmentedReplayBuffer(SegmentedStates):
         """`nbytes` of an open buffer."""
 
     @abc.abstractmethod
-    def _step_types(self) -> Any:
-        """The step-type column (`[capacity]`, storage row order) for the sampler, under the buffer's read."""
-
-    @abc.abstractmethod
-    def _episode_ends(self) -> Any:
-        """The adds' record of episode ends (`tfbuffers._episodes.Near`) for the sampler, under the buffer's read."""
-
-    @abc.abstractmethod
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
         """The leaves of `fields` (indices into `self.fields`) at `sample_all()` indices (checked here)."""
 
@@ -439,23 +432,23 @@ class PrioritizedBinding:
 
     A prioritized buffer class lists this before its uniform one and gives its composed signature
     (`DerivedSignature`, with `priority_exponent`) as `_signature`: the constructor takes the uniform
-    buffer's arguments and `priority_exponent`, builds the uniform buffer, then gives it a priorities
-    part and a prioritized sampler (`_keep_priorities`).
+    buffer's arguments and `priority_exponent`, and builds the uniform buffer with a
+    `tfbuffers.sampling.PrioritizedSampler`, which keeps the priorities.
     """
 
     _signature: DerivedSignature
-    _priorities: Any
+    _sampler: sampling.Sampler
+    _PRIORITIZED = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         options = self._signature.bind(self, *args, **kwargs)
-        priority_exponent = prioritized.check_exponent(options.pop("priority_exponent"))
-        super().__init__(**options)
-        self._keep_priorities(priority_exponent)  # type: ignore[attr-defined]
+        factory = sampling.PrioritizedSampler.factory(options.pop("priority_exponent"))
+        super().__init__(**options, sampler=factory)  # type: ignore[call-arg]
 
     @property
     def priority_exponent(self) -> float:
         """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._priorities.priority_exponent
+        return self._sampler.priority_exponent  # type: ignore[attr-defined]
 
 
 def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:

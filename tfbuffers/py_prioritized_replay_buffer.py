@@ -108,5 +108,5 @@ class PyPrioritizedReplayBuffer(PrioritizedBinding, PyUniformReplayBuffer):
             rows, values, skipped = prioritized.stored_updates(
                 self._backend, ids, priorities, added, self._max_length, self._batch_size
             )
-            self._update_priorities_locked(rows, values)
+            self._sampler.on_update_priorities(rows, values)
         return np.int64(skipped)

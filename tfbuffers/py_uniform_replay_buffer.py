@@ -10,10 +10,10 @@ from typing import Any, cast
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, host, memmap, prioritized, sampling, specs
+from tfbuffers import _ring, host, memmap, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers._py_states import HostStates
-from tfbuffers._segmented import PrioritizedBinding, SegmentedReplayBuffer
+from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     BufferInfo,
@@ -184,12 +184,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
         parts = (weak_method(self._extras_locked), weak_method(self._check_open))
         self._states = HostStates(self._table, self._lock, self._max_length, *parts)
-        # Kept by adds with episode boundaries, in the storage.
-        self._ends: _episodes.HostRecord | None = None
-        if self._episodes:
-            self._ends = _episodes.HostRecord(self._table, self._step_field, self._batch_size, self._max_length)
-        if not isinstance(self, PrioritizedBinding):  # a prioritized buffer is built once it has its priorities
-            self._built()
+        # The sampler's state (the record of episode ends, priorities) in the storage's extras.
+        self._bind_sampler(self._table, self._backend)
+        self._built()
 
     def _built(self) -> None:
         """The buffer is whole: a new directory gets its header; a reopened one is rebuilt from its files."""
@@ -203,10 +200,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             )
             if reopened:  # what is derived from the rows and priorities: the sum tree, the record of episode ends
                 with self._lock:
-                    if self._priorities is not None:
-                        self._priorities.restore(self._priorities.state())
-                    if self._ends is not None:
-                        self._ends.restored(table.added)
+                    self._sampler.on_restore(table.added, self._step_column(), self._sampler.state_extras())
             if reopened and clearing:  # a clear was cut short: finished
                 self._clear_value()
         except BaseException:
@@ -273,38 +267,21 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             return host.add_when_run(self._add_arrays, leaves, self._batch_size)
         arrays = host.arrays(leaves)
         with self._lock:
-            added = self._table.added
-            ends = self._ends
-            cut = None if ends is None else ends.cut_before(added, arrays[self._step_field])
+            added, sampler = self._table.added, self._sampler
+            sampler.before_add(added, arrays[self._step_field] if self._episodes else None)
             first_row = _ring.block_start(added, self._max_length, self._batch_size)
             self._table.write_block(first_row, arrays)
-            if ends is not None and cut is not None:
-                ends.written(added, cut)
-            if self._priorities is not None:
-                self._priorities.added(first_row)
+            sampler.on_add(added, slice(first_row, first_row + self._batch_size))
             self._table.added = added + 1  # last: the add's commit (tfbuffers.memmap)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
-
-    def _keep_priorities(self, priority_exponent: float) -> None:
-        """Samples by priority: priorities kept in the storage (`prioritized.HostPriorities`), a `PrioritizedSampler`.
-
-        What makes a prioritized buffer of this one (`PyPrioritizedReplayBuffer`), at its construction.
-        """
-        size = (self._batch_size, self._max_length)
-        self._priorities = prioritized.HostPriorities(self._table, *size, priority_exponent)
-        if self._ends is not None:
-            self._ends.weights = self._priorities.weights
-        tree = weak_method(self._priority_tree)  # held weakly: no reference cycle
-        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
-        self._built()
 
     @property
     def max_priority(self) -> float:
         """A prioritized buffer's priority for new frames: the largest given so far (1.0 after a clear)."""
         with self._lock:
             self._check_open()
-            return float(self._checked_priorities().largest)
+            return self._checked_priorities().max_priority
 
     def raise_max_priority(self, priority: float) -> None:
         """A prioritized buffer's new frames get `priority` from now on if it is larger than `max_priority`.
@@ -314,26 +291,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         """
         with self._lock:
             self._check_open()
-            self._checked_priorities().raise_largest(float(priority))
+            self._checked_priorities().raise_max_priority(priority)
 
-    def _checked_priorities(self) -> prioritized.HostPriorities:
-        if self._priorities is None:
+    def _checked_priorities(self) -> sampling.PrioritizedSampler:
+        if not isinstance(self._sampler, sampling.PrioritizedSampler):
             raise ValueError(f"{type(self).__name__} samples uniformly: it keeps no priorities")
-        return self._priorities
-
-    def _priority_tree(self) -> np.ndarray:
-        return self._priorities.tree()  # the sampler calls it under the lock
-
-    def _update_priorities_locked(self, rows: np.ndarray, priorities: np.ndarray) -> None:
-        """Sets the priorities of distinct `rows` (checked), moving their weight in the record of episode ends."""
-        weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
-        if self._ends is not None:  # from the rows' old weights, read before the tree changes
-            self._ends.reweighted(rows, weights)
-        self._priorities.update(rows, priorities, weights)
-
-    def _episode_ends(self) -> _episodes.Near:
-        assert self._ends is not None, "the sampler reads it with episode boundaries only"
-        return self._ends.record  # under the lock
+        return self._sampler
 
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(self._pack(arrays)))
@@ -401,8 +364,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         except IndexError as error:  # numpy_function would raise it as OutOfRangeError: a dataset's end
             raise ValueError(str(error)) from None
 
-    def _step_types(self) -> np.ndarray:
-        return self._table.column(self._step_field)  # the sampler reads it under the lock
+    def _step_column(self) -> np.ndarray | None:
+        """The stored step types (`[capacity]`) with episode boundaries, else None (under the lock)."""
+        return self._table.column(self._step_field) if self._episodes else None
 
     @property
     def frame_stacks(self) -> str | Sequence[str] | Mapping[str, int] | None:
@@ -440,10 +404,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._check_open()
             with self._table.changing("clear"):
                 self._states.cleared_locked()
-                if self._ends is not None:
-                    self._ends.cleared()
-                if self._priorities is not None:
-                    self._priorities.cleared()
+                self._sampler.on_clear()
         return np.int64(0)
 
     def _nbytes(self) -> int:
@@ -454,8 +415,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _close(self) -> None:
         with self._lock:
             self._table.close()
-            if self._priorities is not None:
-                self._priorities.close()
+            self._sampler.close()
 
     def _snapshot(self) -> tuple[int, list[np.ndarray], dict[str, np.ndarray]]:
         return self._states.snapshot()
@@ -463,14 +423,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
         with self._lock, self._table.changing("restore"):
             self._states.replaced_locked(added, arrays)
-            if self._priorities is not None:
-                self._priorities.restore(extras)
-            if self._ends is not None:  # from the restored step types and weights
-                self._ends.restored(added)
+            self._sampler.on_restore(added, self._step_column(), extras)
 
     def _extras_locked(self) -> dict[str, np.ndarray]:
         """Copies of the extra arrays of the state (see `state_template`): a prioritized buffer's priorities."""
-        return {} if self._priorities is None else self._priorities.state()
+        return self._sampler.state_extras()
 
     def _stored_locked(self, added: int) -> None:
         """Add number `added` was just written (under the lock): for a subclass that logs."""

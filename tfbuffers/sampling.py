@@ -1,18 +1,22 @@
 """Samplers: which windows a sample draws, written once for numpy and TensorFlow.
 
 A sampler turns the add counter into drawn windows: their frame ids, their storage rows and the exact
-probability of each draw. It reads nothing but the counter, whatever state of its own it keeps and, with
-episode boundaries, the adds' record of episode ends and the step-type column (`Sampler.near`,
-`Sampler.step_types`), so a buffer swaps its sampler without touching storage, locking or datasets: the TF
-buffer calls it inside its lock-free checked read, the py buffer under its lock, and both buffers'
-`get_next`, `as_dataset` and tf.function calls through those same reads.
+probability of each draw. It reads nothing but the counter, the state it keeps and, with episode
+boundaries, the step-type column (`Sampler.step_types`), so a buffer swaps its sampler without touching
+storage, locking or datasets: the TF buffer calls it inside its lock-free checked read, the py buffer under
+its lock, and both buffers' `get_next`, `as_dataset` and tf.function calls through those same reads.
+
+Its state lives in the buffer's storage (`Sampler.bind`) and follows the buffer's events (`before_add`,
+`on_add`, `on_clear`, `on_restore`, `on_update_priorities`), made in the same step as the rows and counter
+each goes with: every sampler keeps the adds' record of episode ends with episode boundaries
+(`Sampler.near`), and `PrioritizedSampler` the priorities and their sum tree.
 
 The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the ring arithmetic of
 `tfbuffers._ring` takes its ops namespace: one definition serves both kinds of buffer.
 
 `TFUniformReplayBuffer` and `PyUniformReplayBuffer` take any sampler: `sampler=` a callable
 `(buffer_name, batch_size, max_length) -> Sampler` (a `Sampler` subclass itself, for example; the
-default is `UniformSampler`). The prioritized buffers use `PrioritizedSampler` over their sum tree. A
+default is `UniformSampler`). The prioritized buffers are the uniform ones with a `PrioritizedSampler`. A
 sampler of the newest frames only, for example (docs/development.md goes through it):
 
 >>> import numpy as np, tensorflow as tf
@@ -44,13 +48,14 @@ sampler of the newest frames only, for example (docs/development.md goes through
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree
+from tfbuffers import _episodes, _ring, _sum_tree, prioritized
 from tfbuffers._factories import made
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
@@ -258,9 +263,10 @@ class Sampler(abc.ABC):
     """
 
     step_types: Callable[[], Any] | None = None
-    """Returns the step-type column (`[capacity]`, storage row order), or None: no episode boundaries."""
+    """Returns the step-type column (`[capacity]`, storage row order), or None: no episode boundaries (set by
+    `bind`)."""
     near: Callable[[], _episodes.Near] | None = None
-    """Returns the adds' record of episode ends (see `tfbuffers._episodes`), with `step_types`."""
+    """Returns the adds' record of episode ends (see `tfbuffers._episodes`), with `step_types` (set by `bind`)."""
 
     keeps_episode_boundaries = True
     """Whether its draws honour `step_types` and `near` (a buffer with `episode_boundaries` refuses one that
@@ -273,6 +279,141 @@ class Sampler(abc.ABC):
         self.buffer_name = buffer_name
         self.batch_size = batch_size  # the ring's segments
         self.max_length = max_length  # rows per segment
+        self._episode_record: Any = None  # the adds' record of episode ends (`bind`): HostRecord or GraphRecord
+        self._step_field: int | None = None
+        self._graph = False
+        self._cut: Any = None  # a host add's episode cuts, from `before_add` to `on_add`
+
+    # The sampler's state and the events that change it. A buffer binds its sampler to its storage once, then
+    # tells it of every add, clear, restore and priority update, in the same step as the rows and counter each
+    # goes with: under the py buffer's lock (numpy state changes in place; the methods return []), or inside
+    # the TF buffer's writers' lock (the methods return the ops to run; `tfbuffers._tf_concurrency`). What a
+    # sampler keeps lives in the storage's extras (`storage.extra`), so that states, files, checkpoints and
+    # memory-mapped directories carry it. The base class keeps the record of episode ends, with episode
+    # boundaries; a sampler of its own state extends the events and calls `super()` first.
+
+    def bind(self, storage: Any, backend: Backend, step_field: int | None) -> None:
+        """Keeps the sampler's state in `storage` (a `tfbuffers.storage.Storage` or `GraphStorage`).
+
+        Called once by the buffer, after its storage is made (inside its device and name scope for TF).
+
+        Args:
+          storage: The buffer's storage: the sampler's extras are made there (`storage.extra`), in a fixed order.
+          backend: `TENSORFLOW` for a TF buffer (the events return ops), a numpy backend for a py buffer.
+          step_field: The step-type field's index with episode boundaries, else None. Then `step_types` reads
+            its column and `near` the adds' record of episode ends, which the base class keeps.
+        """
+        self._graph = backend is TENSORFLOW
+        self._step_field = step_field
+        if step_field is None:
+            return
+        # Closures over the storage and the record, not the sampler: dropping the buffer frees them at once.
+        self.step_types = lambda: storage.column(step_field)
+        if self._graph:
+            record: Any = _episodes.GraphRecord(storage, step_field, self.batch_size, self.max_length)
+            self.near = record.read
+        else:
+            record = _episodes.HostRecord(storage, step_field, self.batch_size, self.max_length)
+            self.near = lambda: record.record
+        self._episode_record = record
+
+    def before_add(self, added: Any, step_types: Any) -> list[Any]:
+        """Add number `added` (the counter before it) is about to write its rows; it holds `step_types`.
+
+        What the add overwrites and the previous frames are read here. `step_types`: the add's step types
+        (`[batch_size]`) with episode boundaries, else None. Graph: the writes, which the rows' write follows.
+        """
+        record = self._episode_record
+        if record is None:
+            return []
+        if self._graph:
+            return record.written(added, step_types)
+        self._cut = record.cut_before(added, step_types)
+        return []
+
+    def on_add(self, added: Any, rows: Any) -> list[Any]:
+        """Add number `added` writes its block of storage `rows` now, before the counter moves.
+
+        `rows`: a `slice` on the host, an int64 `[batch_size]` tensor in the graph. Graph: the writes, made beside
+        the rows'.
+        """
+        if self._episode_record is not None and not self._graph:
+            self._episode_record.written(added, self._cut)
+        return []
+
+    def on_clear(self) -> list[Any]:
+        """The buffer is cleared. Graph: the writes."""
+        if self._episode_record is None:
+            return []
+        if self._graph:
+            return self._episode_record.cleared()
+        self._episode_record.cleared()
+        return []
+
+    def restore_targets(self) -> list[Any]:
+        """Graph: the variables a restore assigns beside the rows, as `on_restore` orders its values."""
+        return [] if self._episode_record is None else list(self._episode_record.variables)
+
+    def on_restore(self, added: Any, step_types: Any, extras: dict[str, np.ndarray]) -> list[Any]:
+        """The rows were replaced by a restore's (host), or are (graph): the state follows them.
+
+        Args:
+          added: The restored add counter.
+          step_types: The restored step-type column (numpy) with episode boundaries, else None.
+          extras: The restored state's checked extras (`state_template`'s).
+
+        Returns:
+          Graph: the values of `restore_targets()`, assigned with the rows in one step. Host: [] (restored in place).
+        """
+        if self._episode_record is None:
+            return []
+        weights = self._restored_weights(extras)
+        if self._graph:
+            return list(self._episode_record.rebuilt(step_types, weights, added))
+        _episodes.assign(self._episode_record.record, self._episode_record.rebuilt(step_types, weights, added))
+        return []
+
+    def _restored_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
+        """Every row's weight in draws after a restore of `extras` (1; a prioritized sampler's priorities')."""
+        return np.ones([self.batch_size * self.max_length])
+
+    def on_update_priorities(self, rows: Any, priorities: Any) -> list[Any]:
+        """Sets the priorities of distinct storage `rows` (a prioritized sampler's). Graph: the writes."""
+        raise ValueError(f"sampler: {type(self).__name__} draws without priorities: it keeps none to update")
+
+    def state_extras(self) -> dict[str, Any]:
+        """The state's extras it keeps, by name (`state()` and files carry them): host copies, graph variables."""
+        return {}
+
+    def state_template(self, template: Any) -> Any:
+        """A buffer's `state_template` with this sampler's format and extras (the uniform one's, as given)."""
+        return template
+
+    def check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        """Raises a ValueError naming `source` and the extra if a state's extras are not ones it can restore.
+
+        A uniform sampler's state has no extras to check (`state_template` gives none).
+        """
+        return
+
+    def read_guard(self, sample: Sample, leaves: list[Any], added: Any, num_steps: int | None) -> Any:
+        """Graph: whether a draw read beside a concurrent add is whole (a bool tensor), or None: no rule.
+
+        The TF buffer draws without its writers' lock: a draw whose state an add has changed before the counter
+        moved (a row given its priority, the record of episode ends) is read again when this is False.
+        `leaves`: the sample's rows' fields, read.
+        """
+        if self._episode_record is None or (num_steps or 1) <= 1:
+            return None
+        # The record of episode ends is read beside a concurrent add's writes: a window it lets through that
+        # crosses a boundary (or runs past the newest frame) is read again.
+        within = tf.reduce_all(_episodes.within(tf, leaves[cast(int, self._step_field)]))
+        return within & (tf.reduce_max(sample.ids) < added * self.batch_size)
+
+    def close(self) -> None:
+        """The buffer closed: its storage and state are let go."""
+        self._episode_record = None
+        self.step_types = self.near = None
 
     def stored_windows(self, backend: Backend, added: Any, num_steps: int | None) -> tuple[Any, Any, list[Any]]:
         """The stored windows of `num_steps` frames, and the checks that there is one.
@@ -364,18 +505,25 @@ SamplerFactory = Callable[[str, int, int], Sampler]
 """What `sampler=` takes: `(buffer_name, batch_size, max_length) -> Sampler` (a `Sampler` subclass, say)."""
 
 
-def make(factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_length: int) -> Sampler:
-    """The sampler `factory` makes for a uniform buffer (a `UniformSampler` for None), checked.
+def make(
+    factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_length: int, *, prioritized: bool = False
+) -> Sampler:
+    """The sampler `factory` makes (a `UniformSampler` for None), checked; not yet bound (`Sampler.bind`).
+
+    `prioritized`: made for a prioritized buffer (which has `update_priorities`): it must draw by priority.
 
     Raises:
       TypeError: Naming `sampler`, if `factory` is not callable or makes something else than a `Sampler`.
-      ValueError: Naming `sampler`, if it makes a prioritized one (the uniform buffers keep no priorities).
+      ValueError: Naming `sampler`, if it makes a prioritized one for a uniform buffer (which keeps no
+        priorities), or a uniform one for a prioritized buffer.
     """
     if factory is None:
         return UniformSampler(buffer_name, batch_size, max_length)
     sampler: Sampler = made(factory, (buffer_name, batch_size, max_length), Sampler, NOT_A_SAMPLER)
-    if sampler.prioritized:
+    if sampler.prioritized and not prioritized:
         raise ValueError(PRIORITIZED_SAMPLER.format(sampler=type(sampler).__name__))
+    if prioritized and not sampler.prioritized:
+        raise ValueError(f"sampler: expected a prioritized sampler for {buffer_name}, got {type(sampler).__name__}")
     return sampler
 
 
@@ -449,10 +597,115 @@ class PrioritizedSampler(Sampler):
 
     prioritized = True
 
-    def __init__(self, buffer_name: str, batch_size: int, max_length: int, tree: Callable[[], Any]) -> None:
-        """As `Sampler`; `tree()` returns the buffer's current tree (an array, or a variable in TensorFlow)."""
+    def __init__(self, buffer_name: str, batch_size: int, max_length: int, priority_exponent: float = 0.6) -> None:
+        """As `Sampler`; draws are proportional to `priority ** priority_exponent` (alpha, checked).
+
+        Its state (`bind`): the priorities, the largest one and their sum tree, kept in the storage's extras
+        (`tfbuffers.prioritized.extras`) after the record of episode ends, as `HostPriorities` on the host or
+        `GraphPriorities` in the graph. `TFPrioritizedReplayBuffer` and `PyPrioritizedReplayBuffer` are the
+        uniform buffers with this sampler (`factory`).
+        """
         super().__init__(buffer_name, batch_size, max_length)
-        self._tree = tree
+        self.priority_exponent = prioritized.check_exponent(priority_exponent)
+        self.priorities: Any = None
+
+    @classmethod
+    def factory(cls, priority_exponent: float) -> SamplerFactory:
+        """`sampler=` for this sampler of `priority_exponent`: `(buffer_name, batch_size, max_length) -> sampler`."""
+        prioritized.check_exponent(priority_exponent)
+        return functools.partial(cls, priority_exponent=priority_exponent)
+
+    def bind(self, storage: Any, backend: Backend, step_field: int | None) -> None:
+        """See `Sampler.bind`; then the priorities, after the record of episode ends, which weighs rows by them."""
+        super().bind(storage, backend, step_field)
+        if self._graph:
+            self.priorities = prioritized.GraphPriorities(storage, self.batch_size, self.priority_exponent)
+        else:
+            size = (self.batch_size, self.max_length)
+            self.priorities = prioritized.HostPriorities(storage, *size, self.priority_exponent)
+        if self._episode_record is not None:
+            self._episode_record.weights = cast(Any, self.priorities).weights
+
+    def _tree(self) -> Any:
+        """The current sum tree: the host's with every ancestor up to date, or the graph's variable."""
+        return self.priorities.tree if self._graph else self.priorities.tree()
+
+    def on_add(self, added: Any, rows: Any) -> list[Any]:
+        """See `Sampler.on_add`: the block's frames get the largest priority given so far."""
+        recorded = super().on_add(added, rows)
+        if self._graph:
+            return [*recorded, *self.priorities.added(rows)]
+        self.priorities.added(rows.start)
+        return recorded
+
+    def on_clear(self) -> list[Any]:
+        """See `Sampler.on_clear`: every priority 0, new frames get 1.0."""
+        cleared = self.priorities.cleared()  # ops in the graph; None on the host, changed in place
+        return [*(cleared or []), *super().on_clear()]
+
+    def restore_targets(self) -> list[Any]:
+        """See `Sampler.restore_targets`: the priorities, the largest one and the tree, then the record's."""
+        return [*self.priorities.restore_targets, *super().restore_targets()]
+
+    def on_restore(self, added: Any, step_types: Any, extras: dict[str, np.ndarray]) -> list[Any]:
+        """See `Sampler.on_restore`: the priorities set, the tree rebuilt from them, then the record."""
+        if self._graph:
+            return [*self.priorities.restored(extras), *super().on_restore(added, step_types, extras)]
+        self.priorities.restore(extras)
+        return super().on_restore(added, step_types, extras)
+
+    def _restored_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
+        return prioritized.leaf_weights(extras[prioritized.PRIORITY], self.priority_exponent)
+
+    def on_update_priorities(self, rows: Any, priorities: Any) -> list[Any]:
+        """Sets the priorities of distinct `rows`, moving their weight in the record of episode ends first."""
+        weights = prioritized.leaf_weights(priorities, self.priority_exponent)
+        if not self._graph:
+            if self._episode_record is not None:  # from the rows' old weights, read before the tree changes
+                self._episode_record.reweighted(rows, weights)
+            self.priorities.update(rows, priorities, weights)
+            return []
+        moved = [] if self._episode_record is None else [self._episode_record.reweighted(rows, weights)]
+        with tf.control_dependencies(moved):
+            return [*moved, *self.priorities.update(rows, priorities, weights)]
+
+    def state_extras(self) -> dict[str, Any]:
+        """See `Sampler.state_extras`: the priorities and the largest one (`tfbuffers.prioritized`)."""
+        return self.priorities.state()
+
+    def state_template(self, template: Any) -> Any:
+        """See `Sampler.state_template`: the prioritized format, the priorities as extras."""
+        return prioritized.state_template(template, self.batch_size * self.max_length)
+
+    def check_extras(self, extras: dict[str, np.ndarray], source: str) -> None:
+        """See `Sampler.check_extras`: finite priorities >= 0, and a max priority >= all of them."""
+        prioritized.check_extras(extras, source)
+
+    def read_guard(self, sample: Sample, leaves: list[Any], added: Any, num_steps: int | None) -> Any:
+        """See `Sampler.read_guard`.
+
+        An add gives its rows their priority in the same step as it writes them, before the counter moves: a
+        draw by priority can find a row the counter does not count yet, while it is written. Its id is then at
+        or past `added` frames (a ring not yet full; in a full one it names the frame being overwritten, which
+        the overlap check catches): read again.
+        """
+        guard = super().read_guard(sample, leaves, added, num_steps)
+        return tf.reduce_max(sample.ids) < added * self.batch_size if guard is None else guard
+
+    @property
+    def max_priority(self) -> float:
+        """The priority new frames get: the largest given so far (1.0 after a clear). Host only."""
+        return float(self.priorities.largest)
+
+    def raise_max_priority(self, priority: float) -> None:
+        """New frames get `priority` from now on if it is larger than `max_priority`. Host only."""
+        self.priorities.raise_largest(float(priority))
+
+    def close(self) -> None:
+        """See `Sampler.close`: the priorities let go too."""
+        super().close()
+        if self.priorities is not None:
+            self.priorities.close()
 
     def sample(self, backend: Backend, added: Any, sample_batch_size: int | None, num_steps: int | None) -> Sample:
         """See `Sampler.sample`. Also fails if every window that can be drawn has priority 0."""

@@ -155,7 +155,7 @@ class TFPrioritizedReplayBuffer(PrioritizedBinding, TFUniformReplayBuffer):
                     sampling.TENSORFLOW, ids, priorities, added, self._max_length, self._batch_size
                 )
 
-                return self._concurrency.rewrite(lambda: self._priority_writes(rows, values)), skipped
+                return self._concurrency.rewrite(lambda: self._sampler.on_update_priorities(rows, values)), skipped
 
             return self._concurrency.exclusive(
                 [same_shape, valid_priorities, stored_before, ids, priorities], write, "update_priorities"

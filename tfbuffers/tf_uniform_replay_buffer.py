@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _datasets, _episodes, _ring, prioritized, sampling, specs
+from tfbuffers import _datasets, _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers import storage as storage_lib
 from tfbuffers._graph_calls import GraphCalls
@@ -168,19 +168,15 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         self._device = table.device
         with tf.device(self._device), tf.name_scope(scope):
             concurrency = Concurrency(type(self).__name__, wait=wait_for_writers)
-            ends = None
-            if self._episodes:  # the adds' record of episode ends (see `tfbuffers._episodes`)
-                ends = _episodes.GraphRecord(table, self._step_field, self._batch_size, self._max_length)
-        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name (the record of
-        # episode ends follows from the step types).
+            # The sampler's state (the record of episode ends, priorities) in the storage's extras.
+            self._bind_sampler(table, sampling.TENSORFLOW)
+        # Not tracked by `tf.Module`: checkpoints hold the buffer's state as a whole, by name.
         calls = GraphCalls(concurrency.eager_lock)
         placement = (self._device, scope)
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
         parts = (weak_method(self._extra_variables), weak_method(self._restored_variables))
         states = GraphStates(table, concurrency, calls, self._max_length, placement, *parts)
-        self._untracked(
-            _table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _ends=ends, _states=states
-        )
+        self._untracked(_table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _states=states)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -260,11 +256,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                     rows = [start + _OPS.arange(tf.shape(x, out_type=tf.int64)[0]) for x in leaves]
                 else:
                     rows = [block] * len(leaves)
-                # The record reads the previous frames' step types and the overwritten rows' weights first.
-                record = [] if self._ends is None else self._ends.written(added, leaves[self._step_field])
-                with tf.control_dependencies(record):
-                    priorities = [] if self._priorities is None else self._priorities.added(block)
-                    writes = [*record, *self._table.write(rows, leaves), *priorities]
+                # The sampler reads the previous frames' step types and the overwritten rows' weights first.
+                read = self._sampler.before_add(added, leaves[self._step_field] if self._episodes else None)
+                with tf.control_dependencies(read):
+                    writes = [*read, *self._table.write(rows, leaves), *self._sampler.on_add(added, block)]
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
                 with tf.control_dependencies(writes):
@@ -272,36 +267,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                 return [moved], ids
 
             return self._concurrency.exclusive([*checks, *leaves], write, "add_batch")
-
-    def _keep_priorities(self, priority_exponent: float) -> None:
-        """Samples by priority: priorities kept in the storage (`prioritized.GraphPriorities`), a `PrioritizedSampler`.
-
-        What makes a prioritized buffer of this one (`TFPrioritizedReplayBuffer`), at its construction.
-        """
-        with tf.device(self._device), tf.name_scope(self._scope):
-            priorities = prioritized.GraphPriorities(self._table, self._batch_size, priority_exponent)
-        self._untracked(_priorities=priorities)
-        if self._ends is not None:
-            self._ends.weights = priorities.weights
-        size = (self._batch_size, self._max_length)
-        tree = weak_method(self._priority_tree)  # held weakly: no reference cycle
-        self._use_sampler(sampling.PrioritizedSampler(type(self).__name__, *size, tree))
-
-    def _priority_tree(self) -> tf.Variable:
-        return self._priorities.tree
-
-    def _priority_writes(self, rows: tf.Tensor, priorities: tf.Tensor) -> list[Any]:
-        """The writes that set the priorities of distinct `rows`, moving their weight in the record of episode ends."""
-        weights = prioritized.leaf_weights(priorities, self._priorities.priority_exponent)
-        moved = []
-        if self._ends is not None:  # from the rows' old weights, read before the tree changes
-            moved = [self._ends.reweighted(rows, weights)]
-        with tf.control_dependencies(moved):
-            return [*moved, *self._priorities.update(rows, priorities, weights)]
-
-    def _episode_ends(self) -> _episodes.Near:
-        # Read inside the sample's checked read, after the counter (see `_sample_tensors`).
-        return self._ends.read()
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()
@@ -332,10 +297,6 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(self._device), tf.name_scope(self._scope):
             ids = self._checked_ids(_OPS, indices, self._added.read_value())
         return self._gather_tensors(ids, fields)
-
-    def _step_types(self) -> tf.Tensor:
-        # Read inside the sample's checked read: a draw overlapping an add is read again (see `_sample_tensors`).
-        return self._table.column(self._step_field)
 
     def _row_source(self) -> state_lib.Rows:
         return self._states.row_source()
@@ -389,16 +350,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             checked[:] = [sample.valid is not True]
             validity = [sample.valid, sample.invalid_message] if checked[0] else []
             oldest = tf.reduce_min(sample.ids) // self._batch_size
-            # An add gives its rows their priority in the same step as it writes them, before the counter
-            # moves: a draw by priority can find a row the counter does not count yet, while it is written.
-            # Its id is then at or past `added` frames (a ring not yet full; in a full one it names the frame
-            # being overwritten, which the overlap check catches): read again.
-            whole = tf.reduce_max(sample.ids) < added * self._batch_size if self._priorities is not None else None
-            if self._ends is not None and (num_steps or 1) > 1:
-                # The record of episode ends is read beside a concurrent add's writes: a window it lets
-                # through that crosses a boundary (or runs past the newest frame) is read again.
-                within = tf.reduce_all(_episodes.within(tf, leaves[self._step_field]))
-                whole = within & (tf.reduce_max(sample.ids) < added * self._batch_size)
+            # What the sampler read of its state beside a concurrent add may be ahead of the counter: read again.
+            whole = self._sampler.read_guard(sample, leaves, added, num_steps)
             if whole is not None:
                 whole = whole | tf.logical_not(sample.valid)
                 oldest = tf.where(whole, oldest, tf.constant(-1 - self._max_length, tf.int64))
@@ -418,9 +371,8 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         # The variables go once nothing else holds them (a dataset made earlier may).
         self._table.close()
         del self._table
-        if self._priorities is not None:
-            self._priorities.close()
-        self._untracked(_ends=None, _states=None)
+        self._sampler.close()
+        self._untracked(_states=None)
         self._calls.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
         # it captured: they would go at some later full collection, and meanwhile a process
@@ -431,20 +383,14 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._states.snapshot()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        ends: list[np.ndarray] = []
-        if self._ends is not None:  # rebuilt from the step types (a load wrote them to the variable) and weights
+        column = None
+        if self._episodes:  # the restored step types (a load wrote them to the variable)
             column = arrays[self._step_field] if arrays else self._table.column(self._step_field).numpy()
-            weights = np.ones([self.capacity])
-            if self._priorities is not None:
-                weights = prioritized.leaf_weights(extras[prioritized.PRIORITY], self._priorities.priority_exponent)
-            ends = list(self._ends.rebuilt(column, weights, added))
-        priorities = [] if self._priorities is None else self._priorities.restored(extras)
-        self._states.restore(added, [*arrays, *priorities, *ends])
+        self._states.restore(added, [*arrays, *self._sampler.on_restore(added, column, extras)])
 
     def _restored_variables(self) -> list[tf.Variable]:
-        """What a restore assigns beside the rows: a prioritized buffer's priorities, the record of episode ends."""
-        ends = () if self._ends is None else self._ends.variables
-        return [*([] if self._priorities is None else self._priorities.restore_targets), *ends]
+        """What a restore assigns beside the rows: the sampler's state (priorities, the record of episode ends)."""
+        return self._sampler.restore_targets()
 
     def _gather_all(self) -> Any:
         if tf.executing_eagerly():
@@ -475,9 +421,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
             def clear() -> tuple[list[Any], tf.Tensor]:
                 def reset() -> list[Any]:
-                    priorities = [] if self._priorities is None else self._priorities.cleared()
-                    ends = [] if self._ends is None else self._ends.cleared()
-                    return [self._added.assign(0, read_value=False), *priorities, *ends]
+                    return [self._added.assign(0, read_value=False), *self._sampler.on_clear()]
 
                 effects = self._concurrency.rewrite(reset)
                 return effects, tf.constant(0, tf.int64)
@@ -486,4 +430,4 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _extra_variables(self) -> dict[str, tf.Variable]:
         """The state's extras (see `state_template`), by name: read with the rows by `state()`."""
-        return {} if self._priorities is None else self._priorities.state()
+        return self._sampler.state_extras()
