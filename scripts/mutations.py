@@ -88,7 +88,7 @@ MUTATIONS = (
         id="window-crosses-segments",
         description="UniformSampler: a window's frames are consecutive ids (step 1, not batch_size): they come from "
         "neighbouring segments",
-        file="tfbuffers/sampling.py",
+        file="tfbuffers/sampling/uniform.py",
         old="ids = ids + backend.ops.arange(steps, self.batch_size)",
         new="ids = ids + backend.ops.arange(steps)",
         catches="tests/contract_test.py::test_windows_stay_in_one_segment_and_in_time (codes within a window "
@@ -160,7 +160,7 @@ MUTATIONS = (
         id="episode-window-crosses-end",
         description="episode_boundaries: a drawn window whose last frame is one past its episode's LAST is kept "
         "(distance >= num_steps - 1), so windows cross into the next episode",
-        file="tfbuffers/sampling.py",
+        file="tfbuffers/sampling/base.py",
         old="return (distance == 0) | (distance >= num_steps)",
         new="return (distance == 0) | (distance >= num_steps - 1)",
         catches="tests/compat_test.py::test_a_file_written_before_the_storage_seam_loads_into_the_buffer_it_was"
@@ -172,7 +172,7 @@ MUTATIONS = (
         id="uniform-probability-over-frames",
         description="UniformSampler: the probability reported for windows of several frames is 1 / stored frames, "
         "not 1 / windows",
-        file="tfbuffers/sampling.py",
+        file="tfbuffers/sampling/uniform.py",
         old="backend.full_inverse(shape, windows), mass=windows)",
         new="backend.full_inverse(shape, windows + (steps - 1) * self.batch_size), mass=windows)",
         catches="tests/contract_test.py::test_probabilities_are_uniform_over_stored_windows (1/15 where 9 windows "

@@ -16,9 +16,10 @@ the rows and changes with them (a prioritized buffer's `"priority"`, `"max_prior
 `"sum_tree"`, an episode-aware buffer's `"episodes/distance"`, `"episodes/near"` and
 `"episodes/last_end"`), which the buffer asks the storage for once with `extra(name, initial)`. So a
 storage that keeps its rows somewhere (a file on disk) keeps everything the buffer holds there too.
-The buffer picks the rows (ring arithmetic is the buffer's; episode records and priorities are its
-sampler's state, `tfbuffers.sampling.Sampler.bind`) and takes its lock around every call; states, checkpoints and files carry the rows, the
-counter and the extras whatever the storage.
+The buffer picks the rows (ring arithmetic is the buffer's; the record of episode ends and the
+priorities are its sampler's state, `tfbuffers.sampling.Sampler.bind`) and takes its lock around
+every call; states, checkpoints and files carry the rows, the counter and the extras whatever the
+storage.
 
 Two interfaces, one per way a buffer runs, one module each:
 
