@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -585,3 +586,33 @@ def test_anonymous_resident_memory_stays_under_a_tenth_of_the_stored_bytes(tmp_p
     assert stored > 12_000 * 84 * 84 * 4
     assert peak < 0.1 * stored, (peak, stored)
     assert saving < 64 * 2**20, (saving, stored)  # a save's few 16 MB chunks, whatever the buffer's size
+
+
+def test_memory_mapped_files_are_a_storage_like_the_others_and_directory_is_its_shorthand(tmp_path):
+    # storage=MemmapStorage(d) is directory=d: the same files, the same buffer reopened by tfbuffers.open.
+    buffer_class, options, spec = CASES["prioritized_episodes"]
+    by_storage = buffer_class(spec, **SIZE, **options, seed=3, storage=memmap.MemmapStorage(tmp_path / "s"))
+    by_directory = buffer_class(spec, **SIZE, **options, seed=3, directory=tmp_path / "d")
+    assert by_storage.directory == tmp_path / "s" and by_directory.directory == tmp_path / "d"
+    assert type(by_storage.storage) is type(by_directory.storage) is memmap.MemmapTable
+    drive([by_storage, by_directory], spec, 12)
+    expected = contents(by_directory), by_directory.state().extras
+    by_storage.close()
+    by_directory.close()
+    headers = [json.loads((tmp_path / name / memmap.HEADER).read_text()) for name in ("s", "d")]
+    assert headers[0] == headers[1]
+    reopened = tfbuffers.open(tmp_path / "s", seed=3)
+    assert_same(contents(reopened), expected[0])
+    np.testing.assert_array_equal(reopened.state().extras["priority"], expected[1]["priority"])
+    reopened.close()
+    with pytest.raises(ValueError, match=re.escape(memmap.STORAGE_AND_DIRECTORY)):
+        buffer_class(spec, **SIZE, storage=memmap.MemmapStorage(tmp_path / "x"), directory=tmp_path / "y")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    with pytest.raises(FileNotFoundError):
+        memmap.MemmapStorage(tmp_path / "x", reopen=True)
+    stacked = tfbuffers.PyUniformReplayBuffer(
+        STACK_SPEC, **SIZE, frame_stacks="pixels", storage=memmap.MemmapStorage(tmp_path / "f")
+    )
+    drive([stacked], STACK_SPEC, 3)
+    assert stacked.frame_stacks == "pixels" and type(stacked.storage) is memmap.MemmapTable  # stacks stored whole
+    assert contents(stacked)["pixels"][:, -1, 0, 0, :].tolist() == [[0, 0, 1, 2]] * 2

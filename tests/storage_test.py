@@ -175,3 +175,72 @@ def test_the_storage_docs_development_md_writes_runs_as_written(name):
     buffer.add_batch({"x": np.repeat(np.arange(8, dtype=np.float32)[:, None], 2, axis=1), "step": np.arange(8)})
     items, _ = buffer.get_next(sample_batch_size=3)
     np.testing.assert_array_equal(np.asarray(items["x"])[:, 0], np.asarray(items["step"]))
+
+
+class KeptDictStorage(DictStorage):
+    """A storage that outlives its buffer: its rows, counter and extras in a dict the test keeps (`attach`, `ready`).
+
+    A second buffer on the same dict finds the first one's frames (`Recovery(reopened=True)`), as a reopened
+    directory does: the buffer rebuilds its sampler's state (sum tree, record of episode ends) from them.
+    """
+
+    def __init__(self, kept: dict, fields, num_rows):
+        super().__init__(fields, num_rows)
+        self.kept = kept
+        if "rows" in kept:
+            self.rows, self.added = kept["rows"], kept["added"]
+
+    def attach(self, batch_size, max_length):
+        self.kept.setdefault("sizes", (batch_size, max_length))
+        assert self.kept["sizes"] == (batch_size, max_length) and not self.extras  # before any extra
+
+    def extra(self, name, initial):
+        if name in self.kept.get("extras", {}):
+            self.extras[name] = self.kept["extras"][name]
+            return self.extras[name]
+        return super().extra(name, initial)
+
+    def ready(self, buffer_name, data_spec, options):
+        reopened = "rows" in self.kept
+        self.kept.update(rows=self.rows, extras=self.extras, buffer=(buffer_name, options()))
+        return tfbuffers.storage.Recovery(reopened=reopened)
+
+    def close(self):
+        self.kept["added"] = self.added
+
+
+@pytest.mark.parametrize("options", [{}, {"episode_boundaries": True}], ids=["plain", "episodes"])
+def test_a_storage_that_outlives_its_buffer_is_found_again_with_its_priorities(options):
+    kept: dict = {}
+    spec = {"x": tf.TensorSpec([], tf.int64), "step_type": tf.TensorSpec([], tf.int32)}
+
+    def storage(fields, num_rows):
+        return KeptDictStorage(kept, fields, num_rows)
+
+    def make_pair():
+        size = {"batch_size": 2, "max_length": 4, "priority_exponent": 0.5, "seed": 0, **options}
+        return (
+            tfbuffers.PyPrioritizedReplayBuffer(spec, **size, storage=storage),
+            tfbuffers.PyPrioritizedReplayBuffer(spec, **size),
+        )
+
+    first, in_ram = make_pair()
+    for t in range(6):
+        frames = {"x": np.array([t, 100 + t]), "step_type": np.full([2], [0, 1, 2][t % 3], np.int32)}
+        first.add_batch(frames)
+        in_ram.add_batch(frames)
+    for buffer in (first, in_ram):
+        buffer.update_priorities(np.array([5, 8, 9]), np.array([3.0, 0.0, 2.0]))
+    assert kept["buffer"][0] == "PyPrioritizedReplayBuffer"
+    first.close()
+    again, _ = make_pair()
+    assert again.storage.kept is kept and int(again.num_frames()) == 8
+    np.testing.assert_array_equal(again.state().extras["priority"], in_ram.state().extras["priority"])
+    num_steps = 2 if options else None
+    for buffer in (again, in_ram):
+        buffer.sampler.priorities.tree()  # the sum trees' ancestors up to date
+    np.testing.assert_array_equal(again.sampler.priorities.tree(), in_ram.sampler.priorities.tree())
+    _, info = again.get_next(sample_batch_size=64, num_steps=num_steps)
+    _, expected = in_ram.get_next(sample_batch_size=64, num_steps=num_steps)
+    np.testing.assert_array_equal(info.probabilities, expected.probabilities)
+    np.testing.assert_array_equal(info.ids, expected.ids)

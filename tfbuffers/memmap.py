@@ -5,6 +5,11 @@
     buffer.close()                               # or the process dies: every returned add is on disk
     buffer = tfbuffers.open("replay/")           # another process, later: its class, spec and options too
 
+`directory="replay/"` is short for `storage=MemmapStorage("replay/")`: memory-mapped files are a storage
+(`tfbuffers.storage.Storage`) like the others, which uses the two hooks of one that outlives its buffer
+(`attach`: the journal sized by the buffer's segments; `ready`: the header written, or a reopened buffer's
+`Recovery`).
+
 The directory holds `header.json` (the format version, the buffer's class, data spec, sizes and
 options, and every file's dtype and shape: written once, at construction), one `.npy` file per field
 (`fields/<i>.npy`, `[num_rows, *shape]`) and per extra (`extras/`: a prioritized buffer's priorities and
@@ -49,14 +54,14 @@ import pathlib
 import re
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tfbuffers import specs
 from tfbuffers.specs import Field
-from tfbuffers.storage import NumpyTable
+from tfbuffers.storage import NumpyTable, Recovery
 
 FORMAT = "tfbuffers-memmap"
 VERSION = 1
@@ -203,18 +208,42 @@ class Header:
         check_array_file(self.directory / STATE, [WORDS], np.int64, "state words")
 
 
-class Reopen:
-    """What `open` passes as a py buffer's `storage=` with its `directory=`: the directory is reopened, not made."""
+class MemmapStorage:
+    """`storage=` of the py buffers: their rows, counter and extras in memory-mapped files under `directory`.
 
-    def __init__(self, header: Header) -> None:
-        self.header = header
+    `PyUniformReplayBuffer(spec, ..., storage=MemmapStorage("replay/"))` is what `directory="replay/"` does: a
+    new or empty directory, which outlives the buffer (see the module). `MemmapStorage(directory, reopen=True)`
+    maps a directory that holds a buffer again (what `tfbuffers.open` passes). With `frame_stacks`, the
+    option is checked and kept (files, reopening), and the stacks are stored whole on the disk.
+    """
+
+    stores_frame_stacks_whole = True
+    """Read by `tfbuffers.storage.make`: `frame_stacks` is checked and recorded, not applied."""
+
+    def __init__(self, directory: str | os.PathLike, *, reopen: bool = False) -> None:
+        """A storage factory for a new (or empty) `directory`, or (`reopen`) for the buffer it holds.
+
+        Raises:
+          FileNotFoundError: With `reopen`, if `directory` holds no buffer header.
+          ValueError: With `reopen`, naming the file, if the header is of another format or version.
+        """
+        self.directory = pathlib.Path(directory)
+        self._header = Header(directory) if reopen else None  # read and checked now
+
+    def __call__(self, fields: Sequence[Field], num_rows: int) -> MemmapTable:
+        """The storage: the directory's lock taken, its files made or (reopened) checked and mapped."""
+        return MemmapTable(self.directory, fields, num_rows, reopen=self._header)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.directory)!r}{', reopened' if self._header else ''})"
 
 
 class MemmapTable(NumpyTable):
     """A `NumpyTable` whose arrays are `.npy` files under a directory, memory-mapped (see the module).
 
-    Made by a py buffer's `directory=` (a new directory) or by `open` (an existing one). The buffer writes
-    the header once it is built (`ready`), and reads and changes the arrays in place under its lock.
+    Made by `MemmapStorage` (a py buffer's `directory=`: a new directory) or `MemmapStorage(..., reopen=True)` (`open`:
+    an existing one). The buffer gives its segments (`attach`: the journal's size), writes the header once it
+    is built (`ready`), and reads and changes the arrays in place under its lock.
     """
 
     def __init__(
@@ -222,7 +251,6 @@ class MemmapTable(NumpyTable):
         directory: str | os.PathLike,
         fields: Sequence[Field],
         num_rows: int,
-        batch_size: int,
         reopen: Header | None = None,
     ) -> None:
         """Takes the directory's lock, then makes its files (new) or checks and maps them (`reopen`).
@@ -233,7 +261,8 @@ class MemmapTable(NumpyTable):
             files are not what its header says (nothing is changed on the disk then).
         """
         self.directory = pathlib.Path(directory)
-        self._batch_size = batch_size
+        self._batch_size = 0  # the buffer's segments (`attach`), the journal's rows
+        self._max_length = 0
         self._reopened = reopen is not None
         if reopen is None:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -245,12 +274,12 @@ class MemmapTable(NumpyTable):
         self._lock_fd = _take_lock(self.directory)
         self._finalizer = weakref.finalize(self, os.close, self._lock_fd)
         try:
-            self._map_files(fields, num_rows, batch_size, reopen)
+            self._map_files(fields, num_rows, reopen)
         except BaseException:
             self._finalizer()  # refused or failed: the lock released at once
             raise
 
-    def _map_files(self, fields: Sequence[Field], num_rows: int, batch_size: int, reopen: Header | None) -> None:
+    def _map_files(self, fields: Sequence[Field], num_rows: int, reopen: Header | None) -> None:
         self._maps: dict[str, np.memmap] = {}  # every mapped file by its path under the directory
         self._journals: list[np.ndarray] = []
         self._row_extras: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (array, its journal)
@@ -264,25 +293,36 @@ class MemmapTable(NumpyTable):
         self._opening = True
         super().__init__(fields, num_rows)
         self._opening = False
-        self._journals = [
-            self._map(
-                f"journal/{index}.npy",
-                (batch_size, *field.spec.shape.as_list()),
-                field.spec.dtype.as_numpy_dtype,
-                None if reopen else 0,
-            )
-            for index, field in enumerate(fields)
-        ]
         self._pending = self._pending_journal() if reopen is not None else None
-        if self._pending is not None:  # an add was cut short: its rows as they were before it
-            self._touch()
-            first, count = self._pending
-            if self._state[JOURNAL_FIELDS]:
-                for index, journal in enumerate(self._journals):
-                    self.arrays[index][first : first + count] = journal[:count]
         state = self._state
         state[CLEAN] = 0
         state[BOOT : BOOT + 2] = boot_id()
+
+    def attach(self, batch_size: int, max_length: int) -> None:
+        """The buffer's segments: the journal holds one add's block, a row per segment (see `Storage.attach`).
+
+        A reopened directory's add that was cut short is undone here: its rows as they were before it.
+        """
+        self._batch_size, self._max_length = batch_size, max_length
+        try:
+            self._journals = [
+                self._map(
+                    f"journal/{index}.npy",
+                    (batch_size, *field.spec.shape.as_list()),
+                    field.spec.dtype.as_numpy_dtype,
+                    None if self._reopened else 0,
+                )
+                for index, field in enumerate(self.fields)
+            ]
+            if self._pending is not None:
+                self._touch()
+                first, count = self._pending
+                if self._state[JOURNAL_FIELDS]:
+                    for index, journal in enumerate(self._journals):
+                        self.arrays[index][first : first + count] = journal[:count]
+        except BaseException:
+            self._finalizer()  # refused or failed: the lock released at once
+            raise
 
     # The counter: an aligned 8-byte word of state.npy.
 
@@ -360,21 +400,25 @@ class MemmapTable(NumpyTable):
         ]
         return fields, extras
 
-    def ready(self, buffer: str, data_spec: Any, batch_size: int, max_length: int, options: Mapping[str, Any]) -> None:
-        """The buffer is built: a new directory gets its header; a reopened one's journal is spent."""
+    def ready(self, buffer_name: str, data_spec: Any, options: Callable[[], Mapping[str, Any]]) -> Recovery:
+        """The buffer is built: a new directory gets its header; a reopened one's journal is spent.
+
+        Returns whether the directory held a buffer (`reopened`: the buffer rebuilds what derives from its
+        rows) and whether that buffer's clear was cut short (`clearing`: the buffer finishes it).
+        """
         if self._reopened:
             self._state[JOURNAL_ADD] = -1
             self._pending = None
-            return
+            return Recovery(reopened=True, clearing=int(self._state[BUSY]) == CLEARING)
         fields, extras = self.describe()
         header = {
             "format": FORMAT,
             "version": VERSION,
-            "buffer": buffer,
+            "buffer": buffer_name,
             "spec": specs.spec_to_json(data_spec),
-            "batch_size": batch_size,
-            "max_length": max_length,
-            "options": dict(options),
+            "batch_size": self._batch_size,
+            "max_length": self._max_length,
+            "options": dict(options()),
             "fields": fields,
             "extras": extras,
         }
@@ -386,16 +430,7 @@ class MemmapTable(NumpyTable):
             os.fsync(file.fileno())
         os.replace(temporary, self.directory / HEADER)
         _fsync_directory(self.directory)
-
-    @property
-    def reopened(self) -> bool:
-        """Whether the directory held a buffer before (`open`), rather than made new."""
-        return self._reopened
-
-    @property
-    def clearing(self) -> bool:
-        """Whether a clear was cut short (the buffer finishes it when reopened)."""
-        return int(self._state[BUSY]) == CLEARING
+        return Recovery()
 
     # Writes.
 
@@ -513,18 +548,3 @@ def _fsync_directory(directory: pathlib.Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def make(
-    directory: str | os.PathLike, fields: Sequence[Field], num_rows: int, batch_size: int, storage: Any
-) -> MemmapTable:
-    """The storage of a py buffer's `directory=`: a new directory, or the one `open` reopens (`storage=Reopen`).
-
-    Raises:
-      ValueError: If `storage` is given too (the directory is the storage), and as `MemmapTable`.
-    """
-    if isinstance(storage, Reopen):
-        return MemmapTable(directory, fields, num_rows, batch_size, reopen=storage.header)
-    if storage is not None:
-        raise ValueError(STORAGE_AND_DIRECTORY)
-    return MemmapTable(directory, fields, num_rows, batch_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -21,7 +21,7 @@ from tfbuffers.replay_buffer import (
     positive_int,
     weak_method,
 )
-from tfbuffers.storage import Storage, StorageFactory, frame_stack_axes
+from tfbuffers.storage import Storage, StorageFactory
 from tfbuffers.storage import make as make_storage
 
 _OPS = _ring.NUMPY
@@ -140,8 +140,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             one frame of memory instead of `depth` (plus 8 bytes per frame of each row).
             Frames are matched by their bytes, never by hash alone.
           storage: Where the rows live: `(fields, num_rows) -> tfbuffers.storage.Storage`
-            (a `Storage` subclass, for example); numpy arrays in RAM by default. Not with
-            `frame_stacks`, which is a storage of its own. Files do not record it: pass it
+            (a `Storage` subclass, or `tfbuffers.memmap.MemmapStorage(directory)`, for example);
+            numpy arrays in RAM by default. Not with `frame_stacks`, which is a storage of its own
+            (but for memory-mapped files, which keep stacks whole). Files do not record it: pass it
             again to `load` (where it replaces the frame stacks a file records).
           sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
@@ -150,9 +151,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
           directory: Keep the rows, the counter and the extras in memory-mapped files under this
             directory (`tfbuffers.memmap`), new or empty: the buffer may be larger than RAM, and
             outlives the process (`flush()`, `close()`; reopened with `tfbuffers.open(directory)`).
-            Samples, probabilities and `gather_all` are exactly those of the buffer in RAM. Not with
-            `storage`; with `frame_stacks`, stacks are stored whole on the disk (the option is kept
-            for files and reopening).
+            Samples, probabilities and `gather_all` are exactly those of the buffer in RAM. The
+            shorthand of `storage=tfbuffers.memmap.MemmapStorage(directory)`, so not with `storage`;
+            with `frame_stacks`, stacks are stored whole on the disk (the option is kept for files
+            and reopening).
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`
@@ -173,11 +175,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         )
         self._lock = threading.Lock()
         self._frame_stacks = frame_stacks
-        if directory is None:
-            self._table = make_storage(storage, self._fields, self.capacity, frame_stacks)
-        else:
-            frame_stack_axes(self._fields, frame_stacks)  # checked, though the disk holds stacks whole
-            self._table = memmap.make(directory, self._fields, self.capacity, self._batch_size, storage)
+        if directory is not None:  # the shorthand of storage=MemmapStorage(directory)
+            if storage is not None:
+                raise ValueError(memmap.STORAGE_AND_DIRECTORY)
+            storage = memmap.MemmapStorage(directory)
+        self._table = make_storage(storage, self._fields, self.capacity, frame_stacks)
+        self._table.attach(self._batch_size, self._max_length)
         self._rng = np.random.default_rng(seed)
         self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
@@ -189,19 +192,14 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         self._built()
 
     def _built(self) -> None:
-        """The buffer is whole: a new directory gets its header; a reopened one is rebuilt from its files."""
+        """The buffer is whole: its storage is told (`Storage.ready`); one that held a buffer is rebuilt from."""
         table = self._table
-        if not isinstance(table, memmap.MemmapTable):
-            return
         try:
-            reopened, clearing = table.reopened, table.clearing
-            table.ready(
-                type(self).__name__, self._data_spec, self._batch_size, self._max_length, self.constructor_options()
-            )
-            if reopened:  # what is derived from the rows and priorities: the sum tree, the record of episode ends
+            recovery = table.ready(type(self).__name__, self._data_spec, self.constructor_options)
+            if recovery.reopened:  # what derives from the rows and priorities: the sampler's state
                 with self._lock:
                     self._sampler.on_restore(table.added, self._step_column(), self._sampler.state_extras())
-            if reopened and clearing:  # a clear was cut short: finished
+            if recovery.reopened and recovery.clearing:  # a clear was cut short: finished
                 self._clear_value()
         except BaseException:
             table.close()
@@ -231,14 +229,13 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         header = memmap.Header(directory)
         if header.buffer != cls.__name__:
             raise ValueError(OTHER_CLASS.format(header=header.path, expected=cls.__name__, received=header.buffer))
-        arguments = header.arguments()
         return cls(
-            header.data_spec, **arguments, seed=seed, directory=directory, storage=cast(Any, memmap.Reopen(header))
+            header.data_spec, **header.arguments(), seed=seed, storage=memmap.MemmapStorage(directory, reopen=True)
         )
 
     @property
     def directory(self) -> Any:
-        """The directory of the memory-mapped files (`directory=`, a `pathlib.Path`), or None in RAM."""
+        """The directory of the storage's files (`directory=`, `MemmapStorage`: a `pathlib.Path`), or None in RAM."""
         return getattr(self._table, "directory", None)
 
     def flush(self) -> None:

@@ -27,9 +27,10 @@ Two interfaces, one per way a buffer runs, one module each:
   `PyPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows) -> Storage`.
   tfbuffers has numpy arrays in RAM (`NumpyTable`, the default: `tables`), the frame-stack pool
   (`FrameStackTable`, made by `frame_stacks=`: `frame_stacks`) and memory-mapped files
-  (`tfbuffers.memmap.MemmapTable`, made by `directory=`). A new one (files on disk, another process)
-  implements the three abstract methods; the contract, files, state and fuzz tests run on it through
-  one entry in the test registry.
+  (`storage=tfbuffers.memmap.MemmapStorage(directory)`, or `directory=` for short). A new one (files
+  on disk, another process) implements the three abstract methods; the contract, files, state and
+  fuzz tests run on it through one entry in the test registry. A storage that outlives its buffer
+  uses two hooks: `attach` (the buffer's segments) and `ready` (the buffer built: a `Recovery`).
 * `GraphStorage` (`tfbuffers.storage.graph`), in the graph, for the TF buffers (`TFUniformReplayBuffer`,
   `TFPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows, device) ->
   GraphStorage`, its reads and writes ops. tfbuffers has one `tf.Variable` per field
@@ -55,7 +56,7 @@ from typing import Any
 
 from tfbuffers._factories import made
 from tfbuffers.specs import Field
-from tfbuffers.storage.base import Storage, StorageFactory
+from tfbuffers.storage.base import Recovery, Storage, StorageFactory
 from tfbuffers.storage.frame_stacks import FRAME_STACK_AXIS, FRAME_STACKS, FrameStackTable, frame_stack_axes
 from tfbuffers.storage.graph import GraphStorage, GraphStorageFactory, VariableStorage
 from tfbuffers.storage.tables import NumpyTable
@@ -66,6 +67,7 @@ __all__ = [
     "NOT_A_GRAPH_STORAGE",
     "NOT_A_STORAGE",
     "STORAGE_AND_STACKS",
+    "Recovery",
     "FrameStackTable",
     "GraphStorage",
     "GraphStorageFactory",
@@ -92,6 +94,8 @@ def make(storage: StorageFactory | None, fields: Sequence[Field], num_rows: int,
       TypeError, ValueError: Naming the option, if either is not what the py buffers take, or both are given.
     """
     stacks = frame_stack_axes(fields, frame_stacks)
+    if getattr(storage, "stores_frame_stacks_whole", False):
+        stacks = {}  # checked above; such a storage (memory-mapped files) keeps the option but stores stacks whole
     if stacks and storage is not None:
         raise ValueError(STORAGE_AND_STACKS)
     if stacks:

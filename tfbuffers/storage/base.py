@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tfbuffers.specs import Field
+
+
+class Recovery(NamedTuple):
+    """What a storage found when its buffer was built (`Storage.ready`): nothing, for a new one."""
+
+    reopened: bool = False
+    """It holds the rows, counter and extras of an earlier buffer (a reopened directory): the buffer rebuilds
+    what derives from them (its sampler's state, `tfbuffers.sampling.Sampler.on_restore`)."""
+    clearing: bool = False
+    """A clear of that buffer was cut short: the buffer finishes it."""
 
 
 class Storage(abc.ABC):
@@ -33,6 +44,20 @@ class Storage(abc.ABC):
         """
         array = self.extras[name] = np.array(initial, copy=True)
         return array
+
+    def attach(self, batch_size: int, max_length: int) -> None:  # noqa: B027 (most storages need no sizes)
+        """The buffer's segments: told once, after the storage is made and before any `extra` is asked for.
+
+        Nothing by default; a storage that journals each add's block (`tfbuffers.memmap`) sizes it here.
+        """
+
+    def ready(self, buffer_name: str, data_spec: Any, options: Callable[[], Mapping[str, Any]]) -> Recovery:
+        """The buffer is built (its sampler's extras made): what the storage found, `Recovery()` by default.
+
+        A storage that outlives its buffer records the buffer here (`tfbuffers.memmap` writes its header:
+        the class, `data_spec` and `options()`, the constructor's options), or says it holds an earlier one's.
+        """
+        return Recovery()
 
     def extras_nbytes(self) -> int:
         """Bytes the extras take."""
