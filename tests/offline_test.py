@@ -334,10 +334,10 @@ def test_a_minari_dataset_without_tfbuffers_infos_reads_with_the_gymnasium_conve
         )
         for index, terminal in enumerate([True, False])
     ]
+    observation_space = offline.minari_data._space(spec.observation, "observation")
     minari.create_dataset_from_buffers(
-        "test/plain-v0", episodes,
-        observation_space=offline._space(spec.observation, "observation"), action_space=gymnasium.spaces.Discrete(4),
-    )  # fmt: skip
+        "test/plain-v0", episodes, observation_space=observation_space, action_space=gymnasium.spaces.Discrete(4)
+    )
     buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=20)
     assert offline.from_minari(buffer, "test/plain-v0") == offline.Converted(2, 8, 0)
     frames = frames_of(buffer)

@@ -205,19 +205,17 @@ def test_an_unknown_kind_is_refused_naming_those_there_are():
 
 def test_the_registry_and_files_import_no_buffer_module_and_not_the_package():
     # The classes are imported when asked for (Kind.buffer_class): no import loop through files.
-    source = (PACKAGE / "kinds.py").read_text() + (PACKAGE / "files.py").read_text()
-    imported = [
+    sources = [PACKAGE / "kinds.py", *sorted((PACKAGE / "files").glob("*.py"))]
+    imported = {
         alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
-        for node in ast.walk(ast.parse(source))
+        for source in sources
+        for node in ast.walk(ast.parse(source.read_text()))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
-    ]
-    assert [name for name in imported if name.startswith("tfbuffers")] == [
-        "tfbuffers.kinds",
-        "tfbuffers.prioritized",
-        "tfbuffers.specs",
-        "tfbuffers.state",
-    ]
+    }
+    assert sorted(
+        name for name in imported if name.startswith("tfbuffers") and not name.startswith("tfbuffers.files.")
+    ) == ["tfbuffers.kinds", "tfbuffers.prioritized", "tfbuffers.specs", "tfbuffers.state"]
 
 
 def test_derived_constructors_have_the_signatures_users_call_them_by():
@@ -302,3 +300,30 @@ def test_a_prioritized_buffer_is_a_uniform_one_holding_priorities(name):
     buffer = kinds.make(name, spec, batch_size=2, max_length=4, seed=0 if kind.host else None)
     assert isinstance(buffer.sampler, sampling.PrioritizedSampler)
     assert list(buffer.storage.extras) == ["priority", "max_priority", "sum_tree"]
+
+
+MODULE_LINES = 600
+CLASS_LINES = 350
+# The classes still over CLASS_LINES (docstrings included), at most their lines now: issue 49 splits them. A class
+# not listed may not pass the limit, and a listed one may not grow.
+CLASSES_OVER = {
+    "PyUniformReplayBuffer": 402,
+    "TFUniformReplayBuffer": 403,
+    "ReverbReplayBuffer": 414,
+    "RayReplayBuffer": 402,
+    "ReplayBufferManager": 360,
+}
+
+
+def test_no_module_is_over_600_lines_and_no_class_over_350():
+    modules, classes = {}, {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        modules[str(path.relative_to(PACKAGE))] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node.end_lineno - node.lineno + 1
+    assert {name: lines for name, lines in modules.items() if lines > MODULE_LINES} == {}
+    over = {name: lines for name, lines in classes.items() if lines > CLASS_LINES}
+    assert set(over) <= set(CLASSES_OVER), over
+    assert all(over[name] <= CLASSES_OVER[name] for name in over), over

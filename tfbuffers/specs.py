@@ -1,16 +1,14 @@
 """Data specs and the checks that guard every buffer's input.
 
-Every buffer in tfbuffers describes one stored item with a nest of specs
-(`tf.TensorSpec`, `tf_agents.specs.ArraySpec`, or anything with `shape` and
-`dtype`) and checks each `add_batch` against it *before* it touches storage. The
-checks live here, once, so that every buffer rejects the same bad input with the
-same message. A message always names the field's nest path, what was expected
-and what was received::
+Every buffer in tfbuffers describes one stored item with a nest of specs (`tf.TensorSpec`,
+`tf_agents.specs.ArraySpec`, or anything with `shape` and `dtype`) and checks each `add_batch` against
+it *before* it touches storage. The checks live here, once, so that every buffer rejects the same bad
+input with the same message. A message always names the field's nest path, what was expected and what
+was received::
 
     observation/pixels: expected dtype uint8, got float32
 
-The message templates below are part of the public contract and are tested to
-the letter.
+The message templates below are part of the public contract and are tested to the letter.
 """
 
 from __future__ import annotations
@@ -264,9 +262,8 @@ def check_batch(
 ) -> tuple[list[Any], list[DeferredShapeCheck]]:
     """Checks a batch of items against a data spec, before anything is stored.
 
-    Tensors and numpy arrays must carry exactly the spec's dtype (nothing is cast);
-    Python numbers and lists are converted to it when no value changes beyond
-    float rounding (see `_python_to_array`).
+    Tensors and numpy arrays must carry exactly the spec's dtype (nothing is cast); Python numbers and lists
+    are converted to it when no value changes beyond float rounding (see `_python_to_array`).
 
     Args:
       items: The nest given to `add_batch`.
@@ -275,13 +272,12 @@ def check_batch(
       outer_dims: The leading dimensions every leaf must have, e.g. `(batch_size,)`.
 
     Returns:
-      The leaves in `tf.nest.flatten` order (tensors stay tensors, everything else
-      becomes a numpy array), and the shape checks that must run in the graph
-      because a dimension is unknown at trace time.
+      The leaves in `tf.nest.flatten` order (tensors stay tensors, everything else becomes a numpy array),
+      and the shape checks that must run in the graph because a dimension is unknown at trace time.
 
     Raises:
-      TypeError: If the structure differs (a missing or unexpected key, another
-        container kind, another length) or a leaf is not array-like.
+      TypeError: If the structure differs (a missing or unexpected key, another container kind, another
+        length) or a leaf is not array-like.
       ValueError: If a leaf's dtype, leading batch size or inner shape differs.
     """
     raw_leaves = flatten_like(items, data_spec)
@@ -432,11 +428,10 @@ def pack(data_spec: Any, leaves: Sequence[Any]) -> Any:
 def packer(data_spec: Any) -> Callable[[Sequence[Any]], Any]:
     """`pack` for one structure, planned once: a function of the flat leaves.
 
-    `tf.nest.pack_sequence_as` inspects the structure on every call (some 30 µs for a
-    Trajectory, as much as a whole small sample). For structures made of dicts, lists,
-    tuples and namedtuples the plan builds the containers directly, in `tf.nest`'s order
-    (a dict's leaves by sorted key, its keys kept in their own order); any other
-    container (attrs classes, other mappings, composite specs) packs through `tf.nest`.
+    `tf.nest.pack_sequence_as` inspects the structure on every call (some 30 µs for a Trajectory, as much
+    as a whole small sample). For structures made of dicts, lists, tuples and namedtuples the plan builds
+    the containers directly, in `tf.nest`'s order (a dict's leaves by sorted key, its keys kept in their
+    own order); any other container (attrs classes, other mappings, composite specs) packs through `tf.nest`.
     """
 
     def plan(spec: Any, start: int) -> tuple[Callable[[Sequence[Any]], Any], int] | None:
@@ -576,6 +571,10 @@ def spec_from_config(config: collections.abc.Mapping[str, Any]) -> dict[str, tf.
     Raises:
       TypeError, ValueError: Naming the key, what was expected and what was received.
     """
+
+    def refused(key: str, expected: str, received: Any) -> ValueError:
+        return ValueError(CONFIG_KEYS.format(key=key, expected=expected, received=received))
+
     lists = {}
     for key in ("names", "shapes", "dtypes"):
         value = config.get(key)
@@ -585,25 +584,17 @@ def spec_from_config(config: collections.abc.Mapping[str, Any]) -> dict[str, tf.
     names, shapes, dtypes = lists["names"], lists["shapes"], lists["dtypes"]
     if not len(names) == len(shapes) == len(dtypes):
         received = f"{len(names)} names, {len(shapes)} shapes, {len(dtypes)} dtypes"
-        raise ValueError(
-            CONFIG_KEYS.format(key="names/shapes/dtypes", expected="lists of one length", received=received)
-        )
+        raise refused("names/shapes/dtypes", "lists of one length", received)
     if len(set(names)) != len(names) or not all(isinstance(n, str) and n and "/" not in n for n in names):
-        raise ValueError(
-            CONFIG_KEYS.format(key="names", expected="distinct non-empty strings without '/'", received=names)
-        )
+        raise refused("names", "distinct non-empty strings without '/'", names)
     spec = {}
     for name, shape, dtype in zip(names, shapes, dtypes):
         if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ValueError(
-                CONFIG_KEYS.format(key=f"shapes ({name})", expected="a list of ints >= 0", received=repr(shape))
-            )
+            raise refused(f"shapes ({name})", "a list of ints >= 0", repr(shape))
         try:
             tf_dtype = tf.as_dtype(dtype)
         except TypeError:
-            raise ValueError(
-                CONFIG_KEYS.format(key=f"dtypes ({name})", expected="a dtype name", received=repr(dtype))
-            ) from None
+            raise refused(f"dtypes ({name})", "a dtype name", repr(dtype)) from None
         spec[name] = tf.TensorSpec(list(shape), tf_dtype, name)
     flatten_spec(spec)  # the dtype checks every buffer makes
     return spec
