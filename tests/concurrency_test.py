@@ -75,10 +75,10 @@ def test_the_stress_run_catches_a_torn_dataset_element(monkeypatch):
     buffer = make("tf", max_length=2)
 
     def unchecked(self, sample_batch_size, num_steps):
-        tensors, _ = self._sample_read(sample_batch_size, num_steps)[0]()
+        tensors, _ = self.draw(sample_batch_size, num_steps)[0]()
         return tf.constant(True), tensors[:-2], tensors[-2], tensors[-1]
 
-    monkeypatch.setattr(type(buffer), "_sample_attempt", unchecked)
+    monkeypatch.setattr(type(buffer._reads), "attempt", unchecked)
     with pytest.raises(stress.StressError, match="torn frame|another id|not consecutive"):
         stress.run(
             buffer, seconds=UNTIL_TORN, writers=1, samplers=0, dataset_readers=2, add=tf.function(buffer.add_batch)

@@ -317,19 +317,19 @@ def test_importance_weights_follow_the_paper_normalised_by_the_batch_maximum():
         assert str(raised.value) == f"beta: expected a number in [0, 1], got {beta}"
 
 
-def test_a_py_buffers_max_priority_is_read_and_only_ever_raised():
+def test_a_prioritized_samplers_max_priority_is_read_and_only_ever_raised():
     # What RayReplayBuffer's segments share: new frames get the largest priority of any segment.
     spec = {"x": tf.TensorSpec([], tf.int64)}
     buffer = tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=1, max_length=4, priority_exponent=1.0, seed=0)
-    assert buffer.max_priority == 1.0
+    sampler = buffer.sampler
+    assert sampler.max_priority == 1.0
     buffer.add_batch({"x": np.array([0])})
-    buffer.raise_max_priority(3.0)
-    buffer.raise_max_priority(2.0)  # lower: no change
-    assert buffer.max_priority == 3.0
+    sampler.raise_max_priority(3.0)
+    sampler.raise_max_priority(2.0)  # lower: no change
+    assert sampler.max_priority == 3.0 == float(buffer.state().extras["max_priority"])
     buffer.add_batch({"x": np.array([1])})
     _, info = buffer.get_next(sample_batch_size=64)
     assert dict(zip(np.asarray(info.ids).tolist(), np.asarray(info.probabilities).tolist())) == {0: 0.25, 1: 0.75}
     buffer.clear()
-    assert buffer.max_priority == 1.0
-    with pytest.raises(ValueError, match="PyUniformReplayBuffer samples uniformly: it keeps no priorities"):
-        tfbuffers.PyUniformReplayBuffer(spec, capacity=2).raise_max_priority(2.0)
+    assert sampler.max_priority == 1.0
+    assert not hasattr(tfbuffers.PyUniformReplayBuffer(spec, capacity=2).sampler, "max_priority")  # keeps none

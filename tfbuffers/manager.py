@@ -98,6 +98,43 @@ def _reverb_available() -> tuple[bool, str]:
     return _importable("reverb")
 
 
+class _CheckpointRecords:
+    """A manager's checkpoint directory on the disk: its metadata file (config, checkpoints) and checkpoints."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.directory = directory
+        self.path = directory / METADATA
+        """The metadata file: the format, the manager's configuration and its checkpoints, newest last."""
+
+    def checkpoint(self, name: str) -> pathlib.Path:
+        """Where checkpoint `name` is (a directory; a local buffer's adds `.safetensors`)."""
+        return self.directory / "checkpoints" / name
+
+    def read(self) -> dict[str, Any]:
+        """The metadata ({} before the first checkpoint); raises naming the file if it is of another format."""
+        if not self.path.exists():
+            return {}
+        metadata: dict[str, Any] = json.loads(self.path.read_text())
+        if metadata.get("format") != FORMAT:
+            raise ValueError(f"{self.path}: expected format {FORMAT!r}, got {metadata.get('format')!r}")
+        return metadata
+
+    def write(self, metadata: dict[str, Any]) -> None:
+        """Replaces the metadata at once (a temporary file, flushed, renamed over it)."""
+        (self.directory / "checkpoints").mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f".{METADATA}.{uuid.uuid4().hex}"
+        with open(temporary, "w") as stream:
+            json.dump(metadata, stream, indent=1)
+            stream.flush()
+            os.fsync(stream.fileno())
+        temporary.replace(self.path)
+
+    def remove(self, name: str) -> None:
+        """Deletes checkpoint `name` (its directory or file)."""
+        shutil.rmtree(self.checkpoint(name), ignore_errors=True)
+        self.checkpoint(f"{name}.safetensors").unlink(missing_ok=True)
+
+
 class ReplayBufferManager:
     """Creates, checkpoints and reloads one replay buffer in `checkpoint_dir`.
 
@@ -175,6 +212,7 @@ class ReplayBufferManager:
         check_sampler(sampler)
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
+        self._records = _CheckpointRecords(self._directory)
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {list(BACKENDS)} or None, got {backend!r}")
         if use_reverb is not None:
@@ -220,7 +258,7 @@ class ReplayBufferManager:
 
     def checkpoints(self) -> list[str]:
         """The kept checkpoints' names, oldest first."""
-        return [entry["name"] for entry in self._read_metadata().get("checkpoints", [])]
+        return [entry["name"] for entry in self._records.read().get("checkpoints", [])]
 
     def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, observers.PyObserver]:
         """Creates an empty buffer: `(buffer, observer)` (a `PyObserver`, for an Actor or a PyDriver).
@@ -229,13 +267,13 @@ class ReplayBufferManager:
           FileExistsError: If `checkpoint_dir` already holds a checkpoint and not `overwrite`.
         """
         self._close_buffer()
-        kept = self.checkpoints() if self._metadata_path().exists() else []
+        kept = self.checkpoints() if self._records.path.exists() else []
         if kept and not overwrite:
             raise FileExistsError(ALREADY_CHECKPOINTED.format(directory=self._directory, count=len(kept)))
         for name in ("checkpoints", "reverb"):
             shutil.rmtree(self._directory / name, ignore_errors=True)
         self._directory.mkdir(parents=True, exist_ok=True)
-        self._write_metadata({"format": FORMAT, "config": self._saved_config(), "checkpoints": []})
+        self._records.write({"format": FORMAT, "config": self._saved_config(), "checkpoints": []})
         self._buffer = self._start(None)
         return self._buffer, observers.PyObserver(self._buffer)
 
@@ -257,7 +295,7 @@ class ReplayBufferManager:
         self._close_buffer()
         if not self._directory.is_dir():
             raise FileNotFoundError(NO_DIRECTORY.format(directory=self._directory))
-        metadata = self._read_metadata() if self._metadata_path().exists() else {}
+        metadata = self._records.read() if self._records.path.exists() else {}
         kept = [entry["name"] for entry in metadata.get("checkpoints", [])]
         if not kept:
             raise FileNotFoundError(NO_CHECKPOINT.format(directory=self._directory))
@@ -292,30 +330,30 @@ class ReplayBufferManager:
     def checkpoint(self) -> str:
         """Checkpoints the buffer, keeps the newest `keep_checkpoints`, and returns the new one's name."""
         buffer = self._require("checkpoint")
-        metadata = self._read_metadata()
+        metadata = self._records.read()
         entries = metadata["checkpoints"]
         name = str(max([int(e["name"]) for e in entries], default=-1) + 1)
-        staging = self._directory / "checkpoints" / f".{name}.{uuid.uuid4().hex}"
+        staging = self._records.checkpoint(f".{name}.{uuid.uuid4().hex}")
         if isinstance(buffer, ReverbReplayBuffer):
             buffer.flush()
             before = int(buffer.num_frames())
             written = pathlib.Path(buffer.py_client.checkpoint())
             items = before if int(buffer.num_frames()) == before else None  # writers racing: not checkable
             shutil.copytree(written, staging)
-            staging.rename(self._directory / "checkpoints" / name)
+            staging.rename(self._records.checkpoint(name))
         elif self._backend == "ray":
             before = int(buffer.num_frames())
             buffer.save(staging)
             items = before if int(buffer.num_frames()) == before else None  # writers racing: not checkable
-            staging.rename(self._directory / "checkpoints" / name)
+            staging.rename(self._records.checkpoint(name))
         else:
             items = int(buffer.num_frames())
-            files.save(buffer, self._directory / "checkpoints" / f"{name}.safetensors")
+            files.save(buffer, self._records.checkpoint(f"{name}.safetensors"))
         entries.append({"name": name, "items": items})
         for old in entries[: -self._keep]:
-            self._remove_checkpoint(old["name"])
+            self._records.remove(old["name"])
         metadata["checkpoints"] = entries[-self._keep :]
-        self._write_metadata(metadata)
+        self._records.write(metadata)
         return name
 
     def close(self) -> None:
@@ -339,7 +377,7 @@ class ReplayBufferManager:
         reverb_dir = self._directory / "reverb"
         shutil.rmtree(reverb_dir, ignore_errors=True)  # Reverb would restore what it holds: start it empty
         reverb_dir.mkdir(parents=True)
-        fallback = None if checkpoint is None else str(self._directory / "checkpoints" / checkpoint)
+        fallback = None if checkpoint is None else str(self._records.checkpoint(checkpoint))
         return ReverbReplayBuffer(
             self._data_spec,
             config["sequence_length"],
@@ -358,7 +396,7 @@ class ReplayBufferManager:
 
         config, options = self._config, self._ray_options
         if checkpoint is not None:  # its configuration is the manager's (checked by _adopt)
-            path = self._directory / "checkpoints" / checkpoint
+            path = self._records.checkpoint(checkpoint)
             _, saved = read_manifest(path)
             for name in RAY_FRAME_OPTIONS & options.keys():
                 if saved[name] != options[name]:
@@ -391,7 +429,7 @@ class ReplayBufferManager:
         else:
             buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length)
         if checkpoint is not None:
-            files.load(self._directory / "checkpoints" / f"{checkpoint}.safetensors", buffer)
+            files.load(self._records.checkpoint(f"{checkpoint}.safetensors"), buffer)
         return buffer
 
     def _saved_config(self) -> dict[str, Any]:
@@ -423,31 +461,6 @@ class ReplayBufferManager:
                         )
                     )
                 self._config[name] = saved[name]
-
-    def _remove_checkpoint(self, name: str) -> None:
-        path = self._directory / "checkpoints" / name
-        shutil.rmtree(path, ignore_errors=True)
-        (self._directory / "checkpoints" / f"{name}.safetensors").unlink(missing_ok=True)
-
-    def _metadata_path(self) -> pathlib.Path:
-        return self._directory / METADATA
-
-    def _read_metadata(self) -> dict[str, Any]:
-        if not self._metadata_path().exists():
-            return {}
-        metadata: dict[str, Any] = json.loads(self._metadata_path().read_text())
-        if metadata.get("format") != FORMAT:
-            raise ValueError(f"{self._metadata_path()}: expected format {FORMAT!r}, got {metadata.get('format')!r}")
-        return metadata
-
-    def _write_metadata(self, metadata: dict[str, Any]) -> None:
-        (self._directory / "checkpoints").mkdir(parents=True, exist_ok=True)
-        temporary = self._directory / f".{METADATA}.{uuid.uuid4().hex}"
-        with open(temporary, "w") as stream:
-            json.dump(metadata, stream, indent=1)
-            stream.flush()
-            os.fsync(stream.fileno())
-        temporary.replace(self._metadata_path())
 
     def _require(self, method: str) -> ReplayBuffer:
         if self._buffer is None:

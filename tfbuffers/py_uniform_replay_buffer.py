@@ -273,28 +273,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._stored_locked(added)
         return added * self._batch_size + self._segments
 
-    @property
-    def max_priority(self) -> float:
-        """A prioritized buffer's priority for new frames: the largest given so far (1.0 after a clear)."""
-        with self._lock:
-            self._check_open()
-            return self._checked_priorities().max_priority
-
-    def raise_max_priority(self, priority: float) -> None:
-        """A prioritized buffer's new frames get `priority` from now on if it is larger than `max_priority`.
-
-        For a buffer made of several (`RayReplayBuffer`'s segments), whose new frames get the largest
-        priority of any, as one buffer's would. Eager only.
-        """
-        with self._lock:
-            self._check_open()
-            self._checked_priorities().raise_max_priority(priority)
-
-    def _checked_priorities(self) -> sampling.PrioritizedSampler:
-        if not isinstance(self._sampler, sampling.PrioritizedSampler):
-            raise ValueError(f"{type(self).__name__} samples uniformly: it keeps no priorities")
-        return self._sampler
-
     def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
         return np.asarray(self.add_batch(self._pack(arrays)))
 
@@ -316,19 +294,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             sample = self._sampler.sample(self._backend, self._table.added, sample_batch_size, num_steps)
             leaves = self._table.read(sample.rows)
         return leaves, np.asarray(sample.ids), sample.probabilities
-
-    def window_mass(self, num_steps: int | None) -> float:
-        """The weight of the windows of `num_steps` a draw chooses among now (`sampling.Sample.mass`).
-
-        What a buffer of several rings draws this one in proportion to (`tfbuffers.ray_replay_buffer`).
-        Raises as a sample would (an empty buffer, no window), or if the sampler does not say.
-        """
-        with self._lock:
-            self._check_open()
-            mass = self._sampler.sample(self._backend, self._table.added, 1, num_steps).mass
-        if mass is None:
-            raise ValueError(f"sampler: {type(self._sampler).__name__} does not say its windows' weight (Sample.mass)")
-        return float(mass)
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         if tf.executing_eagerly():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,10 +14,11 @@ from tfbuffers import _datasets, _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers import storage as storage_lib
 from tfbuffers._graph_calls import GraphCalls
+from tfbuffers._graph_reads import GraphReads
 from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
 from tfbuffers._tf_concurrency import Concurrency
 from tfbuffers._tf_states import GraphStates
-from tfbuffers.replay_buffer import FRAMES_GONE, BufferInfo, weak_method
+from tfbuffers.replay_buffer import BufferInfo, weak_method
 from tfbuffers.storage import GraphStorage, GraphStorageFactory
 
 _OPS = _ring.TENSORFLOW
@@ -176,7 +177,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
         parts = (weak_method(self._extra_variables), weak_method(self._restored_variables))
         states = GraphStates(table, concurrency, calls, self._max_length, placement, *parts)
-        self._untracked(_table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _states=states)
+        reads = GraphReads(table, concurrency, self._sampler, (self._batch_size, self._max_length), placement)
+        self._untracked(
+            _table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _states=states, _reads=reads
+        )
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _untracked(self, **attributes: Any) -> None:
@@ -272,19 +276,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._added.read_value()
 
     def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
-        with tf.device(self._device), tf.name_scope(self._scope):
-            # Planned ids must still be stored, and not overwritten while they were read.
-            stored = _ring.are_stored(_OPS, ids, self._added.read_value(), self._max_length, self._batch_size)
-            with tf.control_dependencies([tf.debugging.Assert(stored, [FRAMES_GONE])]):
-                leaves = self._table.read(self._rows(ids), fields)
-            with tf.control_dependencies(leaves):
-                writing = self._concurrency.writing()
-            with tf.control_dependencies([writing]):
-                added = self._added.read_value()
-            oldest_whole = added + writing - self._max_length
-            whole = tf.reduce_min(ids) // self._batch_size >= oldest_whole
-            with tf.control_dependencies([tf.debugging.Assert(whole, [FRAMES_GONE])]):
-                return [tf.identity(leaf) for leaf in leaves]
+        return self._reads.gather(ids, fields)
 
     def _gather_indices(self, indices: Any, fields: list[int]) -> list[Any]:
         if tf.executing_eagerly():
@@ -307,61 +299,11 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     def _sample_tensors(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        with tf.device(self._device), tf.name_scope(self._scope):
-            draw, checked = self._sample_read(sample_batch_size, num_steps)
-            outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
-            if checked[0]:  # asserted on a whole read only: a torn one was read again
-                with tf.control_dependencies([tf.debugging.Assert(outputs[-2], [outputs[-1]])]):
-                    outputs = [tf.identity(output) for output in outputs[:-2]]
-            return outputs[:-2], outputs[-2], outputs[-1]
-
-    def _sample_attempt(
-        self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[tf.Tensor, list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        """One attempt of `_sample_tensors`, not read again: whether it is whole, then what it read.
-
-        What a dataset's element computes (see `tfbuffers._tf_concurrency`): a torn one is dropped.
-        """
-        with tf.device(self._device), tf.name_scope(self._scope):
-            draw, checked = self._sample_read(sample_batch_size, num_steps)
-            whole, outputs = self._concurrency.checked_read(draw, self._added, self._max_length)
-            if checked[0]:  # asserted on a whole read only
-                valid = tf.debugging.Assert(outputs[-2] | tf.logical_not(whole), [outputs[-1]])
-                with tf.control_dependencies([valid]):
-                    whole = tf.identity(whole)
-                outputs = outputs[:-2]
-            return self._concurrency.count_torn(whole), outputs[:-2], outputs[-2], outputs[-1]
-
-    def _sample_read(
-        self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[Callable[[], tuple[list[tf.Tensor], tf.Tensor]], list[bool]]:
-        """A sample's read for `self._concurrency`, and (once traced) whether its tensors end with validity.
-
-        A uniform sample is always valid; a prioritized or episode-aware one says whether any window can be
-        drawn, and its message why not (a tensor: it is computed inside the read).
-        """
-        checked: list[bool] = []
-
-        def draw() -> tuple[list[tf.Tensor], tf.Tensor]:
-            added = self._added.read_value()
-            with tf.control_dependencies([added]):  # what the sampler reads is at least as new
-                sample = self._sampler.sample(sampling.TENSORFLOW, added, sample_batch_size, num_steps)
-            leaves = self._table.read(sample.rows)
-            checked[:] = [sample.valid is not True]
-            validity = [sample.valid, sample.invalid_message] if checked[0] else []
-            oldest = tf.reduce_min(sample.ids) // self._batch_size
-            # What the sampler read of its state beside a concurrent add may be ahead of the counter: read again.
-            whole = self._sampler.read_guard(sample, leaves, added, num_steps)
-            if whole is not None:
-                whole = whole | tf.logical_not(sample.valid)
-                oldest = tf.where(whole, oldest, tf.constant(-1 - self._max_length, tf.int64))
-            return [*leaves, sample.ids, sample.probabilities, *map(tf.convert_to_tensor, validity)], oldest
-
-        return draw, checked
+        return self._reads.sample(sample_batch_size, num_steps)
 
     def _dataset_reads(self) -> _datasets.Reads:
-        # A dataset's element is one read: a torn one is dropped and the next one drawn (`_sample_attempt`).
-        return super()._dataset_reads()._replace(attempt=weak_method(self._sample_attempt))
+        # A dataset's element is one read: a torn one is dropped and the next one drawn (`GraphReads.attempt`).
+        return super()._dataset_reads()._replace(attempt=weak_method(self._reads.attempt))
 
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
         leaves, ids, probabilities = self._calls.if_eager(self._sample_tensors)(sample_batch_size, num_steps)
@@ -372,7 +314,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         self._table.close()
         del self._table
         self._sampler.close()
-        self._untracked(_states=None)
+        self._untracked(_states=None, _reads=None)
         self._calls.clear()
         # A `tf.function` (ours, a dataset's) sits in reference cycles that hold the variables
         # it captured: they would go at some later full collection, and meanwhile a process
@@ -401,14 +343,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._pack(self._gather_all_tensors())
 
     def _gather_all_tensors(self) -> list[tf.Tensor]:
-        with tf.device(self._device), tf.name_scope(self._scope):
-
-            def gather_all() -> tuple[list[tf.Tensor], tf.Tensor]:
-                added = self._added.read_value()
-                ids = _ring.chronological_ids(_OPS, added, self._max_length, self._batch_size)
-                return self._table.read(self._rows(ids)), _ring.oldest_add(_OPS, added, self._max_length)
-
-            return self._concurrency.read_whole(gather_all, self._added, self._max_length)
+        return self._reads.gather_all()
 
     def _clear(self) -> None:
         if tf.executing_eagerly():

@@ -56,6 +56,7 @@ class RayHost:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._rng = np.random.default_rng(config["seed"])
+        self._backend = sampling.numpy_backend(self._rng)  # the segments' weights: each sampler's `Sample.mass`
         self._limiter = RateLimiter(config["min_size_to_sample"] or 0, *(config["ratio"] or (None, None)))
         self._claims: dict[int, str] = {}  # segment -> writer
         self._closed = False
@@ -222,7 +223,7 @@ class RayHost:
         refusal = None
         for s, segment in enumerate(self._segments):
             try:
-                masses[s] = segment.window_mass(num_steps)
+                masses[s] = self._mass(segment, num_steps)
             except tf.errors.InvalidArgumentError as error:
                 if refusal is None or "is empty" in refusal:
                     refusal = error.message.replace(type(segment).__name__, self._label)
@@ -242,6 +243,19 @@ class RayHost:
         all_ids = np.concatenate(ids)[order]
         all_probabilities = np.asarray(np.concatenate(probabilities)[order], np.float32)
         return leaves, all_ids, all_probabilities
+
+    def _mass(self, segment: Any, num_steps: int | None) -> float:
+        """The weight of the windows of `num_steps` a draw from `segment` chooses among now (`Sample.mass`).
+
+        Raises as a sample would (an empty segment, no window), or if the sampler does not say. The segments
+        are read under the actor's lock only: their sampler and storage are read directly.
+        """
+        mass = segment.sampler.sample(self._backend, segment.storage.added, 1, num_steps).mass
+        if mass is None:
+            raise ValueError(
+                f"sampler: {type(segment.sampler).__name__} does not say its windows' weight (Sample.mass)"
+            )
+        return float(mass)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets priorities by global id (`RayReplayBuffer.update_priorities`); returns how many were skipped."""
@@ -274,9 +288,9 @@ class RayHost:
         """Every segment's new frames get the largest priority of any (one buffer's rule), not their own's."""
         if self._config["sampler"] != "prioritized":
             return
-        largest = max(segment.max_priority for segment in self._segments)
+        largest = max(segment.sampler.max_priority for segment in self._segments)  # under the actor's lock
         for segment in self._segments:
-            segment.raise_max_priority(largest)
+            segment.sampler.raise_max_priority(largest)
 
     # Reads and the rest.
 
