@@ -307,7 +307,7 @@ CLASS_LINES = 350
 # The classes still over CLASS_LINES (docstrings included), at most their lines now: issue 49 splits them. A class
 # not listed may not pass the limit, and a listed one may not grow.
 CLASSES_OVER = {
-    "PyUniformReplayBuffer": 367,
+    "PyUniformReplayBuffer": 364,
     "ReverbReplayBuffer": 414,
     "RayReplayBuffer": 402,
 }

@@ -265,10 +265,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         arrays = host.arrays(leaves)
         with self._lock:
             added, sampler = self._table.added, self._sampler
-            sampler.before_add(added, arrays[self._step_field] if self._episodes else None)
+            if sampler.watches_adds:
+                sampler.before_add(added, arrays[self._step_field] if self._episodes else None)
             first_row = _ring.block_start(added, self._max_length, self._batch_size)
             self._table.write_block(first_row, arrays)
-            sampler.on_add(added, slice(first_row, first_row + self._batch_size))
+            if sampler.watches_adds:
+                sampler.on_add(added, slice(first_row, first_row + self._batch_size))
             self._table.added = added + 1  # last: the add's commit (tfbuffers.memmap)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
@@ -313,7 +315,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
         if not tf.executing_eagerly():  # read when the graph runs, whatever the indices are
             indices = tf.cast(indices, tf.int64)
             inputs = [indices, tf.constant(fields, tf.int64)]
-            return host.call(self._gather_indices_in_graph, inputs, *self._leaf_types(indices.shape, fields))
+            return host.call(self._gather_indices_in_graph, inputs, *_leaf_types(self._fields, indices.shape, fields))
         indices = np.asarray(indices, np.int64)
         with self._lock:
             self._check_open()
@@ -348,7 +350,9 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _gather_all(self) -> Any:
         if not tf.executing_eagerly():
-            leaves = host.call(self._gather_all_arrays, [], *self._leaf_types(tf.TensorShape([self._batch_size, None])))
+            leaves = host.call(
+                self._gather_all_arrays, [], *_leaf_types(self._fields, tf.TensorShape([self._batch_size, None]))
+            )
             return self._pack(leaves)
         return self._pack(self._gather_all_arrays())
 
@@ -408,7 +412,7 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _gather_tensors(self, ids: tf.Tensor, fields: Sequence[int] | None = None) -> list[tf.Tensor]:
         chosen = list(range(len(self._fields))) if fields is None else list(fields)
         inputs = [ids, tf.constant(chosen, tf.int64)]
-        return host.call(self._gather_field_arrays, inputs, *self._leaf_types(ids.shape, chosen))
+        return host.call(self._gather_field_arrays, inputs, *_leaf_types(self._fields, ids.shape, chosen))
 
     def _gather_field_arrays(self, ids: np.ndarray, fields: np.ndarray) -> list[np.ndarray]:
         return self._gather_arrays(ids, fields.tolist())
@@ -418,9 +422,10 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         return host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps)
 
-    def _leaf_types(
-        self, outer: tf.TensorShape, fields: Sequence[int] | None = None
-    ) -> tuple[list[tf.DType], list[tf.TensorShape]]:
-        """(dtypes, shapes) of the leaves of `fields` (indices into `self.fields`; all if None) under `outer`."""
-        chosen = self._fields if fields is None else [self._fields[i] for i in fields]
-        return [field.spec.dtype for field in chosen], [outer.concatenate(field.spec.shape) for field in chosen]
+
+def _leaf_types(
+    fields: Sequence[specs.Field], outer: tf.TensorShape, chosen: Sequence[int] | None = None
+) -> tuple[list[tf.DType], list[tf.TensorShape]]:
+    """(dtypes, shapes) of the leaves of `chosen` (indices into `fields`; all if None) under `outer`."""
+    picked = fields if chosen is None else [fields[i] for i in chosen]
+    return [field.spec.dtype for field in picked], [outer.concatenate(field.spec.shape) for field in picked]

@@ -69,11 +69,12 @@ class PrioritizedSampler(Sampler):
 
     def on_add(self, added: Any, rows: Any) -> list[Any]:
         """See `Sampler.on_add`: the block's frames get the largest priority given so far."""
-        recorded = super().on_add(added, rows)
         if self._graph:
-            return [*recorded, *self.priorities.added(rows)]
+            return [*super().on_add(added, rows), *self.priorities.added(rows)]
+        if self._episode_record is not None:  # the base class's part, inline: a py add's hot path
+            self._episode_record.written(added, self._cut)
         self.priorities.added(rows.start)
-        return recorded
+        return []
 
     def on_clear(self) -> list[Any]:
         """See `Sampler.on_clear`: every priority 0, new frames get 1.0."""
