@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import _segmented, kinds, sampling
+from tfbuffers import kinds, sampling
 
 PACKAGE = pathlib.Path(tfbuffers.__file__).parent
 NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make"}  # public, underscored so as not to clash with fields
@@ -218,7 +218,7 @@ def test_the_registry_and_files_import_no_buffer_module_and_not_the_package():
     ) == ["tfbuffers.kinds", "tfbuffers.prioritized", "tfbuffers.specs", "tfbuffers.state"]
 
 
-def test_derived_constructors_have_the_signatures_users_call_them_by():
+def test_the_preset_constructors_have_the_signatures_users_call_them_by():
     def names(cls):
         return [
             f"{name}={parameter.default!r}" if parameter.default is not inspect.Parameter.empty else name
@@ -262,7 +262,7 @@ def test_derived_constructors_have_the_signatures_users_call_them_by():
     ]
 
 
-def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones():
+def test_a_preset_constructor_takes_positional_options_and_refuses_unknown_ones():
     spec = {"x": tf.TensorSpec([], tf.int64)}
     buffer = tfbuffers.TFPrioritizedReplayBuffer(spec, 2, 4, 0.5, "mine", "cpu:0", True)
     assert (buffer.priority_exponent, buffer.scope, buffer.device, buffer.dataset_drop_remainder) == (
@@ -288,14 +288,16 @@ def test_a_derived_constructor_takes_positional_options_and_refuses_unknown_ones
 
 @pytest.mark.parametrize("name", ["py_prioritized", "tf_prioritized"])
 def test_a_prioritized_buffer_is_a_uniform_one_holding_priorities(name):
-    # Composed, not subclassed per feature: the class adds its signature and update_priorities' argument
-    # handling (the constructor's part is _segmented.PrioritizedBinding's); the writes are the uniform
-    # buffer's, and the priorities are its sampler's state (sampling.PrioritizedSampler), told of every event.
+    # A preset, not a subclass per feature: the class spells out its constructor (the uniform buffer's, with
+    # priority_exponent, passing a sampling.PrioritizedSampler) and adds update_priorities' argument handling;
+    # the writes are the uniform buffer's, and the priorities are its sampler's state, told of every event.
     kind = kinds.get(name)
     defined = {attribute for attribute in vars(kind.buffer_class) if not attribute.startswith("__")} - {"_abc_impl"}
     handling = "_update_value" if kind.host else "_update_tensors"
-    assert defined == {"_signature", "update_priorities", handling}
-    assert kind.buffer_class.__mro__[1] is _segmented.PrioritizedBinding
+    assert defined == {"_PRIORITIZED", "priority_exponent", "update_priorities", handling}
+    uniform = tfbuffers.PyUniformReplayBuffer if kind.host else tfbuffers.TFUniformReplayBuffer
+    assert kind.buffer_class.__mro__[1] is uniform
+    assert "__init__" in vars(kind.buffer_class)
     spec = {"x": tf.TensorSpec([], tf.int64)}
     buffer = kinds.make(name, spec, batch_size=2, max_length=4, seed=0 if kind.host else None)
     assert isinstance(buffer.sampler, sampling.PrioritizedSampler)

@@ -13,8 +13,7 @@ buffer's reads as tensors; states, files and configs are its layer
 from __future__ import annotations
 
 import abc
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,7 @@ class SegmentedReplayBuffer(SegmentedStates):
     """A buffer of `batch_size` rings of `max_length` frames each."""
 
     _PRIORITIZED = False
-    """Whether it draws by priority (a prioritized sampler, `update_priorities`): `PrioritizedBinding`'s."""
+    """Whether it draws by priority (a prioritized sampler, `update_priorities`): the prioritized presets'."""
 
     _HOST_READS: bool
     """Whether the buffer's reads are host calls (numpy behind `tfbuffers.host`): then every dataset of it
@@ -372,83 +371,6 @@ class SegmentedReplayBuffer(SegmentedStates):
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by `self._sampler`, as tensors: (leaves, ids, probabilities)."""
-
-
-class DerivedSignature:
-    """The constructor signature of a buffer class built on another's: the base's, with options added or changed.
-
-    A derived class (a prioritized buffer on a uniform one) then lists only what it adds; every option of the
-    base is its option too, under the base's name, position and default unless changed here, and a new option
-    of the base needs no edit here. `inspect.signature` (so `help`, `from_config` and `constructor_options`)
-    reads the composed signature.
-    """
-
-    def __init__(
-        self,
-        base: Any,
-        *,
-        after: str,
-        added: Sequence[inspect.Parameter],
-        defaults: Mapping[str, Any] | None = None,
-        removed: Sequence[str] = (),
-    ) -> None:
-        """The signature of `base` (a function) with `added` inserted after the parameter `after`.
-
-        `defaults` changes the defaults of the base's parameters; `removed` leaves parameters out.
-        """
-        parameters = [
-            parameter.replace(default=(defaults or {}).get(name, parameter.default))
-            for name, parameter in inspect.signature(base).parameters.items()
-            if name not in removed
-        ]
-        position = [parameter.name for parameter in parameters].index(after) + 1
-        self.signature = inspect.Signature([*parameters[:position], *added, *parameters[position:]])
-
-    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Every argument of a call by name, defaults filled in (`self` left out).
-
-        Raises:
-          TypeError: For a call that does not fit the signature: Python's reason (the argument), then
-            the arguments the class takes.
-        """
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as error:
-            taken = [name for name in self.signature.parameters if name != "self"]
-            raise TypeError(f"{type(args[0]).__name__}: {error}; expected arguments among {taken}") from None
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        del arguments["self"]
-        return arguments
-
-    def __call__(self, init: Any) -> Any:
-        """Gives the `__init__` it decorates this signature."""
-        init.__signature__ = self.signature
-        return init
-
-
-class PrioritizedBinding:
-    """The prioritized buffers' part of their constructor, over a uniform buffer's: `priority_exponent`.
-
-    A prioritized buffer class lists this before its uniform one and gives its composed signature
-    (`DerivedSignature`, with `priority_exponent`) as `_signature`: the constructor takes the uniform
-    buffer's arguments and `priority_exponent`, and builds the uniform buffer with a
-    `tfbuffers.sampling.PrioritizedSampler`, which keeps the priorities.
-    """
-
-    _signature: DerivedSignature
-    _sampler: sampling.Sampler
-    _PRIORITIZED = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        options = self._signature.bind(self, *args, **kwargs)
-        factory = sampling.PrioritizedSampler.factory(options.pop("priority_exponent"))
-        super().__init__(**options, sampler=factory)  # type: ignore[call-arg]
-
-    @property
-    def priority_exponent(self) -> float:
-        """Alpha: draws are proportional to `priority ** priority_exponent`."""
-        return self._sampler.priority_exponent  # type: ignore[attr-defined]
 
 
 def _step_type_field(fields: Sequence[specs.Field], option: Any) -> int | None:

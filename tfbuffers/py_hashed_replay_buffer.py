@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
 import numpy as np
 
-from tfbuffers._segmented import DerivedSignature
+from tfbuffers._arguments import explained
 from tfbuffers.n_step import TRAJECTORY_FIELDS
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.storage import FrameStackTable
@@ -18,18 +17,6 @@ NOT_A_TRAJECTORY_SPEC = (
     "stored once each), got {received}"
 )
 _LOG = logging.getLogger("tfbuffers")
-
-
-_SIGNATURE = DerivedSignature(
-    PyUniformReplayBuffer.__init__,
-    after="capacity",
-    added=[
-        inspect.Parameter(
-            "log_interval", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="int | None"
-        )
-    ],
-    removed=["frame_stacks", "storage", "sampler", "directory"],
-)
 
 
 class PyHashedReplayBuffer(PyUniformReplayBuffer):
@@ -74,32 +61,60 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
     10
     """
 
-    @_SIGNATURE
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    @explained
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int | None = None,
+        log_interval: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+        episode_boundaries: bool | str = False,
+    ) -> None:
         """Creates the buffer: TF-Agents' `(data_spec, capacity=None, log_interval=None)`, and the py buffer's options.
 
-        `PyHashedReplayBuffer(data_spec, capacity=None, log_interval=None, *, batch_size=1, max_length=None,
-        seed=None, ...)`: every argument of `PyUniformReplayBuffer` but `frame_stacks`, `storage` and
-        `sampler` (the observation's frames are its storage), under its name and default.
+        Every argument of `PyUniformReplayBuffer` but `frame_stacks`, `storage`, `sampler` and `directory`
+        (the observation's frames are its storage), under its name and default.
 
         Args:
-          *args: `data_spec`, the spec of a TF-Agents `Trajectory`; `capacity`, as in
-            `PyUniformReplayBuffer`; `log_interval`: log the number of distinct frames held
-            (logger `tfbuffers`, level INFO) every `log_interval` adds, None never.
-          **kwargs: Those by name, and the others as in `PyUniformReplayBuffer`.
+          data_spec: The spec of a TF-Agents `Trajectory`.
+          capacity: As in `PyUniformReplayBuffer`.
+          log_interval: Log the number of distinct frames held (logger `tfbuffers`, level INFO) every
+            `log_interval` adds; None: never.
+          batch_size: As in `PyUniformReplayBuffer`.
+          max_length: As in `PyUniformReplayBuffer`.
+          seed: As in `PyUniformReplayBuffer`.
+          dataset_drop_remainder: As in `PyUniformReplayBuffer`.
+          dataset_window_shift: As in `PyUniformReplayBuffer`.
+          stateful_dataset: As in `PyUniformReplayBuffer`.
+          episode_boundaries: As in `PyUniformReplayBuffer`.
 
         Raises:
           ValueError: If `data_spec` is not a Trajectory's spec, and as `PyUniformReplayBuffer`.
         """
-        options = _SIGNATURE.bind(self, *args, **kwargs)
-        data_spec, log_interval = options["data_spec"], options.pop("log_interval")
         if getattr(data_spec, "_fields", None) != TRAJECTORY_FIELDS:
             raise ValueError(NOT_A_TRAJECTORY_SPEC.format(received=type(data_spec).__name__))
         if log_interval is not None and (isinstance(log_interval, bool) or not isinstance(log_interval, int)):
             raise TypeError(
                 f"log_interval: expected None or an int, got {type(log_interval).__name__} {log_interval!r}"
             )
-        super().__init__(**options, frame_stacks={"observation": -1})
+        super().__init__(
+            data_spec,
+            capacity,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            stateful_dataset=stateful_dataset,
+            episode_boundaries=episode_boundaries,
+            frame_stacks={"observation": -1},
+        )
         self._log_interval = log_interval
 
     @property

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import inspect
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host, prioritized
-from tfbuffers._segmented import DerivedSignature, PrioritizedBinding
+from tfbuffers import host, prioritized, sampling
+from tfbuffers._arguments import explained
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
-
-_SIGNATURE = DerivedSignature(
-    PyUniformReplayBuffer.__init__,
-    after="max_length",
-    added=[inspect.Parameter("priority_exponent", inspect.Parameter.KEYWORD_ONLY, default=0.6, annotation="float")],
-    removed=["sampler"],
-)
+from tfbuffers.storage import StorageFactory
 
 
-class PyPrioritizedReplayBuffer(PrioritizedBinding, PyUniformReplayBuffer):
+class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     """`PyUniformReplayBuffer` whose samples are drawn in proportion to priorities.
 
     Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
@@ -48,26 +43,72 @@ class PyPrioritizedReplayBuffer(PrioritizedBinding, PyUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
-    _signature = _SIGNATURE
+    _PRIORITIZED = True
 
-    @_SIGNATURE
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Creates the buffer: `PyUniformReplayBuffer`'s arguments, and `priority_exponent`.
+    @explained
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        priority_exponent: float = 0.6,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+        episode_boundaries: bool | str = False,
+        frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
+        storage: StorageFactory | None = None,
+        directory: str | os.PathLike | None = None,
+    ) -> None:
+        """Creates the buffer: `PyUniformReplayBuffer` with a `PrioritizedSampler`.
 
-        `PyPrioritizedReplayBuffer(data_spec, capacity=None, *, batch_size=1, max_length=None,
-        priority_exponent=0.6, seed=None, ...)`: every argument of `PyUniformReplayBuffer` but `sampler`
-        (the sampler draws by priority), under its name and default.
+        Every argument is `PyUniformReplayBuffer`'s but `sampler` (the sampler draws by priority), under
+        its name and default.
 
         Args:
-          *args: `data_spec`, `capacity`, as in `PyUniformReplayBuffer`.
-          **kwargs: `priority_exponent`, alpha: how strongly priorities skew the draws (0: uniform
-            over frames of priority above 0, 1: proportional); the others as in `PyUniformReplayBuffer`.
+          data_spec: As in `PyUniformReplayBuffer`.
+          capacity: As in `PyUniformReplayBuffer`.
+          batch_size: As in `PyUniformReplayBuffer`.
+          max_length: As in `PyUniformReplayBuffer`.
+          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform over frames of
+            priority above 0, 1: proportional).
+          seed: As in `PyUniformReplayBuffer`.
+          dataset_drop_remainder: As in `PyUniformReplayBuffer`.
+          dataset_window_shift: As in `PyUniformReplayBuffer`.
+          stateful_dataset: As in `PyUniformReplayBuffer`.
+          episode_boundaries: As in `PyUniformReplayBuffer`.
+          frame_stacks: As in `PyUniformReplayBuffer`.
+          storage: As in `PyUniformReplayBuffer`.
+          directory: As in `PyUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `PyUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        super().__init__(*args, **kwargs)
+        sampler = sampling.PrioritizedSampler.factory(priority_exponent)  # checked first
+        super().__init__(
+            data_spec,
+            capacity,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            stateful_dataset=stateful_dataset,
+            episode_boundaries=episode_boundaries,
+            frame_stacks=frame_stacks,
+            storage=storage,
+            sampler=sampler,
+            directory=directory,
+        )
+
+    @property
+    def priority_exponent(self) -> float:
+        """Alpha: draws are proportional to `priority ** priority_exponent` (its sampler's)."""
+        return self.sampler.priority_exponent  # type: ignore[attr-defined]
 
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).

@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import tensorflow as tf
 
 from tfbuffers import prioritized, sampling
-from tfbuffers._segmented import DerivedSignature, PrioritizedBinding
+from tfbuffers._arguments import explained
+from tfbuffers.storage import GraphStorageFactory
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
 GRAPH_NOT_A_PRIORITY = "priorities: expected finite values >= 0, got (value, index):"
 GRAPH_NEVER_STORED = "ids: expected ids of frames stored since the last clear (0 <= id < next id), got (id, next id):"
 
 
-_SIGNATURE = DerivedSignature(
-    TFUniformReplayBuffer.__init__,
-    after="max_length",
-    added=[
-        inspect.Parameter("priority_exponent", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=0.6, annotation="float")
-    ],
-    defaults={"scope": "TFPrioritizedReplayBuffer", "wait_for_writers": True},
-    removed=["sampler"],
-)
-
-
-class TFPrioritizedReplayBuffer(PrioritizedBinding, TFUniformReplayBuffer):
+class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
     """`TFUniformReplayBuffer` whose samples are drawn in proportion to priorities, in the graph.
 
     Windows are drawn as `tfbuffers.prioritized` says (by their first frame's
@@ -62,31 +51,69 @@ class TFPrioritizedReplayBuffer(PrioritizedBinding, TFUniformReplayBuffer):
     ([11, 12], [0.25, 0.75])
     """
 
-    _signature = _SIGNATURE
+    _PRIORITIZED = True
 
-    @_SIGNATURE
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Creates the buffer and its variables: `TFUniformReplayBuffer`'s arguments, and `priority_exponent`.
+    @explained
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int = 1000,
+        priority_exponent: float = 0.6,
+        scope: str = "TFPrioritizedReplayBuffer",
+        device: str = "cpu:*",
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+        *,
+        episode_boundaries: bool | str = False,
+        wait_for_writers: bool = True,
+        storage: GraphStorageFactory | None = None,
+    ) -> None:
+        """Creates the buffer and its variables: `TFUniformReplayBuffer` with a `PrioritizedSampler`.
 
-        `TFPrioritizedReplayBuffer(data_spec, batch_size, max_length=1000, priority_exponent=0.6,
-        scope="TFPrioritizedReplayBuffer", device="cpu:*", ..., *, episode_boundaries=False,
-        wait_for_writers=True)`: every argument of `TFUniformReplayBuffer` but `sampler` (the sampler
-        draws by priority), in its place, under its name and default but for `scope` and
-        `wait_for_writers`.
+        Every argument is `TFUniformReplayBuffer`'s but `sampler` (the sampler draws by priority), in its
+        place, under its name and default but for `scope` and `wait_for_writers`.
 
         Args:
-          *args: `data_spec`, `batch_size`, `max_length`, as in `TFUniformReplayBuffer`;
-            `priority_exponent`, alpha: how strongly priorities skew the draws (0: uniform over
-            frames of priority above 0, 1: proportional); then `TFUniformReplayBuffer`'s.
-          **kwargs: Those by name. `wait_for_writers` is on by default here: a learner's
-            `update_priorities` inside a `tf.function` is a second graph writer beside a driver's
-            adds, and waits its turn (as the adds wait for it).
+          data_spec: As in `TFUniformReplayBuffer`.
+          batch_size: As in `TFUniformReplayBuffer`.
+          max_length: As in `TFUniformReplayBuffer`.
+          priority_exponent: Alpha: how strongly priorities skew the draws (0: uniform over frames of
+            priority above 0, 1: proportional).
+          scope: As in `TFUniformReplayBuffer`.
+          device: As in `TFUniformReplayBuffer`.
+          dataset_drop_remainder: As in `TFUniformReplayBuffer`.
+          dataset_window_shift: As in `TFUniformReplayBuffer`.
+          stateful_dataset: As in `TFUniformReplayBuffer`.
+          episode_boundaries: As in `TFUniformReplayBuffer`.
+          wait_for_writers: On by default here: a learner's `update_priorities` inside a `tf.function`
+            is a second graph writer beside a driver's adds, and waits its turn (as the adds wait for it).
+          storage: As in `TFUniformReplayBuffer`.
 
         Raises:
           TypeError, ValueError: As `TFUniformReplayBuffer`, and for a `priority_exponent`
             that is not a finite number >= 0.
         """
-        super().__init__(*args, **kwargs)
+        sampler = sampling.PrioritizedSampler.factory(priority_exponent)  # checked first
+        uniform_options = (dataset_drop_remainder, dataset_window_shift, stateful_dataset)
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            scope,
+            device,
+            *uniform_options,
+            episode_boundaries=episode_boundaries,
+            wait_for_writers=wait_for_writers,
+            sampler=sampler,
+            storage=storage,
+        )
+
+    @property
+    def priority_exponent(self) -> float:
+        """Alpha: draws are proportional to `priority ** priority_exponent` (its sampler's)."""
+        return self.sampler.priority_exponent  # type: ignore[attr-defined]
 
     def update_priorities(self, ids: Any, priorities: Any) -> tf.Tensor:
         """Sets the priorities of the frames `ids` (as `BufferInfo.ids` returns them).

@@ -61,7 +61,7 @@ class RayHost:
         self._claims: dict[int, str] = {}  # segment -> writer
         self._closed = False
         prioritized_ = config["sampler"] == "prioritized"
-        self._class = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
+        self._class: Any = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
         source = config.pop("source", None)  # ["open"] or ["load", the saved files' directory]; None: empty
         self._segments: list[Any] = []
         try:
