@@ -627,7 +627,7 @@ def uniform_kind(request: pytest.FixtureRequest) -> str:
 
 # Docstring examples (in tfbuffers/, collected with the tests) that need dm-reverb, which installs on the
 # pinned stack only. The hook sees every collected item, the package's doctests included.
-NEEDS_REVERB = ("tfbuffers/reverb_replay_buffer.py", "tfbuffers/manager.py")
+NEEDS_REVERB = ("tfbuffers/remote/reverb/buffer.py", "tfbuffers/manager.py")
 
 
 # Modules marked slow as a whole: those whose tests start processes, train agents, run notebooks, soak or fuzz,

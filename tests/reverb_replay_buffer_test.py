@@ -231,7 +231,7 @@ def test_what_a_table_cannot_do_is_refused_saying_why(buffer):
 
 
 def test_the_embedded_server_listens_while_the_buffer_lives_and_stops_with_close(caplog):
-    with caplog.at_level("WARNING", logger="tfbuffers.reverb_replay_buffer"):
+    with caplog.at_level("WARNING", logger="tfbuffers.remote.reverb.buffer"):
         buffer = ReverbReplayBuffer(SPEC, sequence_length=2)
     port = int(buffer.server_address.rsplit(":", 1)[1])
     assert f"on port {port}" in caplog.text and "without authentication" in caplog.text
@@ -292,10 +292,10 @@ def test_close_sends_the_items_written_since_the_last_flush():
 
 
 def test_a_long_episode_never_holds_more_than_max_pending_items_unconfirmed():
-    from tfbuffers.reverb_replay_buffer import MAX_PENDING_ITEMS
+    from tfbuffers.reverb_replay_buffer import MAX_PENDING_ITEMS, EnvironmentWriters, make_table
 
     class Recording:
-        """The buffer's real writer, recording how it is flushed."""
+        """A real trajectory writer, recording how it is flushed."""
 
         def __init__(self, writer):
             self.writer, self.flushes = writer, []
@@ -307,21 +307,31 @@ def test_a_long_episode_never_holds_more_than_max_pending_items_unconfirmed():
         def __getattr__(self, name):
             return getattr(self.writer, name)
 
-    with ReverbReplayBuffer(SPEC, sequence_length=2, capacity=1000) as buffer:
-        writer = buffer._writers[0] = Recording(buffer._writers[0])
+    server = reverb.Server([make_table(SPEC, 2, "tfbuffers", 1000)])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        writers = EnvironmentWriters(
+            client, "tfbuffers", batch_size=1, sequence_length=2, stride=1, step_type_index=None
+        )
+        writer = writers.writers[0] = Recording(writers.writers[0])
         for t in range(200):  # one episode: no LAST, no flush() by the caller
-            buffer.add_batch(frames([t]))
+            ids = writers.append(tf.nest.flatten(frames([t])))
+            np.testing.assert_array_equal(ids, [t])
         # 199 items made: after every MAX_PENDING_ITEMS-th, the writer waited for all but that many.
         assert writer.flushes == [MAX_PENDING_ITEMS] * (199 // MAX_PENDING_ITEMS)
-        assert int(buffer.num_frames()) >= (199 // MAX_PENDING_ITEMS - 1) * MAX_PENDING_ITEMS
-        buffer.flush()
-        assert writer.flushes[-1] == 0 and int(buffer.num_frames()) == 199
+        items = client.server_info()["tfbuffers"].current_size
+        assert items >= (199 // MAX_PENDING_ITEMS - 1) * MAX_PENDING_ITEMS
+        writers.flush()
+        assert writer.flushes[-1] == 0 and client.server_info()["tfbuffers"].current_size == 199
+        writers.close(f"localhost:{server.port}")
+    finally:
+        server.stop()
 
 
 def test_close_after_the_server_is_gone_returns_and_says_what_was_not_sent(monkeypatch, caplog):
-    from tfbuffers import reverb_replay_buffer
+    from tfbuffers.remote.reverb import writers
 
-    monkeypatch.setattr(reverb_replay_buffer, "CLOSE_FLUSH_SECONDS", 0.2)
+    monkeypatch.setattr(writers, "CLOSE_FLUSH_SECONDS", 0.2)
     server = served_table(SPEC)
     buffer = ReverbReplayBuffer(SPEC, sequence_length=2, address=f"localhost:{server.port}")
     buffer.add_batch(frames([0]))

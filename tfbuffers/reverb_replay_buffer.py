@@ -1,579 +1,70 @@
 """`ReverbReplayBuffer`: the tfbuffers API over one table of a DeepMind Reverb server.
 
-Needs dm-reverb (the pinned stack: Python 3.11, `pip install tfbuffers[reverb]`);
-importing `tfbuffers` does not.
+Needs dm-reverb (the pinned stack: Python 3.11, `pip install tfbuffers[reverb]`); importing `tfbuffers` does not.
+
+The buffer is made of the parts in `tfbuffers.remote.reverb`, a module each: the client
+(`ReverbReplayBuffer`, `remote.reverb.buffer`), the per-environment trajectory writers that cut frames into
+items (`remote.reverb.writers`), and the server side (`remote.reverb.server`: `make_table`,
+`make_rate_limiter`, `start_server`, `served_sampler`); this module is where they are imported from.
 """
 
-from __future__ import annotations
-
-import logging
-import tempfile
-import threading
-import weakref
-from typing import Any
-
-import numpy as np
-import tensorflow as tf
-
-from tfbuffers import _noise, host, prioritized, specs
-from tfbuffers.remote.base import RemoteReplayBuffer
-from tfbuffers.remote.options import SAMPLERS as SAMPLERS  # shared with the Ray buffer; still importable here
-from tfbuffers.remote.options import check_ratio, check_sampler
-from tfbuffers.remote.sharding import sharded_dataset as sharded_dataset  # tfbuffers.sharded_dataset
-from tfbuffers.replay_buffer import BufferInfo, positive_int
-
-logger = logging.getLogger(__name__)
-
-# TF-Agents' `StepType` values (tf_agents.trajectories.time_step.StepType), read off a Trajectory's `step_type`.
-FIRST, LAST = 0, 2
-
-NO_REVERB = (
-    "ReverbReplayBuffer needs dm-reverb, which could not be imported ({error}); it installs on Python 3.11 "
-    "with tensorflow 2.15: pip install -c constraints.txt -e '.[reverb]'"
+from tfbuffers.remote.options import SAMPLERS, check_ratio
+from tfbuffers.remote.reverb.buffer import (
+    EMPTY,
+    NO_DETERMINISTIC_PASS,
+    NO_GATHER_ALL,
+    NOT_PRIORITIZED,
+    OTHER_SAMPLER,
+    STARTED,
+    ReverbReplayBuffer,
 )
-EMPTY = (
-    "{buffer} is empty: table {table!r} holds {items} item(s), fewer than the {needed} it needs before sampling. "
-    "Make sure to add items before sampling the buffer."
+from tfbuffers.remote.reverb.server import (
+    CHECKPOINT_PROGRESS,
+    NO_REVERB,
+    NO_TABLE,
+    OTHER_SIGNATURE,
+    check_served_table,
+    make_rate_limiter,
+    make_table,
+    served_sampler,
+    start_server,
+    table_signature,
 )
-NO_GATHER_ALL = (
-    "ReverbReplayBuffer.gather_all: a Reverb table can be sampled, not read whole in order; use get_next or "
-    "as_dataset, or a local buffer (TFUniformReplayBuffer, PyUniformReplayBuffer)"
+from tfbuffers.remote.reverb.writers import (
+    CLOSE_FLUSH_SECONDS,
+    FIRST,
+    LAST,
+    MAX_PENDING_ITEMS,
+    UNSENT_AT_CLOSE,
+    EnvironmentWriters,
 )
-NO_DETERMINISTIC_PASS = (
-    "ReverbReplayBuffer.as_dataset: single_deterministic_pass: a Reverb table has no order to pass through; "
-    "use a local buffer for a deterministic pass"
-)
-NOT_PRIORITIZED = (
-    "ReverbReplayBuffer.update_priorities: table {table!r} samples uniformly; create the buffer with "
-    "sampler='prioritized' to sample by priority"
-)
-NO_TABLE = "table_name: the server at {address} has no table {table!r}; it serves {tables}"
-OTHER_SIGNATURE = (
-    "data_spec, sequence_length: table {table!r} at {address} stores items {served}; this buffer's items, windows "
-    "of {sequence_length} frames of its data_spec, are {requested}. Give the spec and sequence_length the server "
-    "was started with"
-)
-CLOSE_FLUSH_SECONDS = 10
-MAX_PENDING_ITEMS = 16  # items a writer may have sent and not yet seen confirmed, in the middle of an episode
-UNSENT_AT_CLOSE = "ReverbReplayBuffer.close: items written since the last flush could not be sent to %s: %s"
-OTHER_SAMPLER = (
-    "sampler: table {table!r} at {address} samples {served} (as its server was started), but this buffer was "
-    "created with sampler={received!r}"
-)
-STARTED = (
-    "tfbuffers started an embedded Reverb server for table %r on port %d. It listens on every network interface "
-    "without authentication: anyone who can reach this machine on that port can read, write and clear the buffer. "
-    "It stops when the buffer is closed."
-)
-
-
-def _import_reverb() -> Any:
-    try:
-        import reverb
-    except ImportError as error:  # another platform or Python
-        raise ImportError(NO_REVERB.format(error=error)) from error
-    return reverb
-
-
-class ReverbReplayBuffer(RemoteReplayBuffer):
-    """A replay buffer on one table of a Reverb server: the local buffers' API, Reverb's storage.
-
-    Each environment of the batch (a segment, as in the local buffers) has its own
-    Reverb trajectory writer. Every frame it adds ends a window of the last
-    `sequence_length` frames of that environment; once the environment has that
-    many frames since its episode began, the window is written to the table as
-    one item (every `stride` frames). So the table holds windows, never frames
-    alone, and sampling draws windows, uniformly (Reverb's `Uniform` sampler) or
-    by priority (`sampler="prioritized"`, with `update_priorities`), the oldest
-    removed first (`Fifo`) once the table holds `capacity` items.
-
-    Episodes: when `data_spec` is a TF-Agents `Trajectory` (it has a `step_type`),
-    a frame whose step type is FIRST begins a new episode: no item spans a
-    LAST → FIRST boundary. A frame whose step type is LAST flushes its writer, so
-    an episode's items are in the table when it ends. Other specs have no
-    episodes: windows run across everything an environment adds. `flush()` sends
-    every item made so far, and so does `close()` (waiting up to
-    `CLOSE_FLUSH_SECONDS` for the server; a process killed before either loses
-    the items of its unfinished episodes, never those already in the table).
-
-    Differences from the local buffers, all because Reverb stores items, not a ring:
-
-    * `num_frames()` is the number of items (windows) in the table.
-    * `get_next`/`as_dataset` take `num_steps` up to `sequence_length`: the first
-      `num_steps` frames of each drawn window (None: its first frame, no time axis).
-      `BufferInfo.ids` are the items' keys (int64), one per window;
-      `BufferInfo.probabilities` Reverb's probability of each draw.
-    * `gather_all` and the deterministic pass raise: a table has no order to read.
-    * `add_batch` returns each environment's count of frames added so far, minus
-      one (ids of frames, not of items; items are made later, once windows fill).
-
-    With no `address`, the buffer starts an in-process Reverb server on a free
-    port, says so in one log line, and stops it in `close()` (or when the buffer
-    is garbage collected). Reverb serves gRPC on every interface without
-    authentication: keep the machine's port private (see docs/scaling.md). With an
-    `address` ("host:port"), it connects to a server that already serves
-    `table_name` with this buffer's signature.
-
-    Example:
-    >>> spec = {"x": tf.TensorSpec([], tf.int64)}
-    >>> with ReverbReplayBuffer(spec, sequence_length=2, capacity=100) as buffer:
-    ...     for step in range(4):
-    ...         _ = buffer.add_batch({"x": np.array([step])})
-    ...     buffer.flush()
-    ...     items, info = buffer.get_next(sample_batch_size=5, num_steps=2)
-    ...     int(buffer.num_frames()), {tuple(w) for w in items["x"].tolist()} <= {(0, 1), (1, 2), (2, 3)}
-    (3, True)
-    """
-
-    def __init__(
-        self,
-        data_spec: Any,
-        sequence_length: int = 2,
-        *,
-        batch_size: int = 1,
-        capacity: int = 100_000,
-        stride: int = 1,
-        address: str | None = None,
-        table_name: str = "tfbuffers",
-        sampler: str = "uniform",
-        priority_exponent: float = 0.6,
-        min_size_to_sample: int = 1,
-        samples_per_insert: float | None = None,
-        error_buffer: float | None = None,
-        checkpoint_dir: str | None = None,
-        fallback_checkpoint: str | None = None,
-    ) -> None:
-        """Creates the buffer, and a server when no `address` is given.
-
-        Args:
-          data_spec: A nest of `tf.TensorSpec` (or `ArraySpec`) describing one frame,
-            usually `agent.collect_data_spec`.
-          sequence_length: Frames per item (window): the longest `num_steps` sampled.
-          batch_size: Environments: the leading dimension of every `add_batch`.
-          capacity: Items the table holds; the oldest is removed first beyond it.
-          stride: Frames between the starts of consecutive items of one environment.
-          address: "host:port" of a running server that has `table_name`; None starts
-            an embedded one.
-          table_name: The table's name.
-          sampler: "uniform" (Reverb's `Uniform`) or "prioritized" (`Prioritized`: items
-            drawn with probability proportional to `priority ** priority_exponent`; see
-            `update_priorities`).
-          priority_exponent: Alpha, for the prioritized sampler.
-          min_size_to_sample: Items the table must hold before it can be sampled.
-          samples_per_insert: None for Reverb's `MinSize` rate limiter (sampling never
-            waits once the table holds `min_size_to_sample` items). A number for
-            `SampleToInsertRatio`: once the table holds `min_size_to_sample` items,
-            inserts and samples wait for each other to keep about this many samples per
-            inserted item. A program that adds and samples in one thread then blocks for
-            good when the ratio is off: use it with actors and learners in threads or
-            processes.
-          error_buffer: How far the ratio may drift (Reverb's `error_buffer`), at least
-            `max(1.0, samples_per_insert)`; default 10% of `min_size_to_sample *
-            samples_per_insert`, and no less than that minimum.
-          checkpoint_dir: The embedded server's checkpoint directory (Reverb's
-            `DefaultCheckpointer`: `py_client.checkpoint()` writes there, keeping the newest
-            only, and a server started on it restores that one). None: a temporary one.
-          fallback_checkpoint: A checkpoint the embedded server restores when
-            `checkpoint_dir` holds none. `tfbuffers.ReplayBufferManager` drives both.
-
-        Raises:
-          ImportError: If dm-reverb cannot be imported.
-          TypeError, ValueError: If an argument has the wrong type or is out of range.
-          ValueError: With an `address`, if the server has no table `table_name`, or
-            its table stores other items (spec, `sequence_length`) or samples otherwise
-            (`sampler`): said naming both sides, before anything is written.
-        """
-        reverb = _import_reverb()
-        sequence_length = positive_int("sequence_length", sequence_length)
-        batch_size = positive_int("batch_size", batch_size)
-        capacity = positive_int("capacity", capacity)
-        stride = positive_int("stride", stride)
-        min_size_to_sample = positive_int("min_size_to_sample", min_size_to_sample)
-        sampler = check_sampler(sampler)
-        priority_exponent = prioritized.check_exponent(priority_exponent)
-        rate_limiter = make_rate_limiter(min_size_to_sample, samples_per_insert, error_buffer)
-        if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
-            raise ValueError(
-                "checkpoint_dir, fallback_checkpoint: only for the embedded server (address=None); "
-                "a running server checkpoints as it was started"
-            )
-        if address is not None and not isinstance(address, str):
-            raise TypeError(f"address: expected a 'host:port' string or None, got {type(address).__name__}")
-        if not isinstance(table_name, str) or not table_name:
-            raise TypeError(f"table_name: expected a non-empty string, got {table_name!r}")
-        super().__init__(data_spec, capacity)
-        self._sequence_length = sequence_length
-        self._batch_size = batch_size
-        self._stride = stride
-        self._table_name = table_name
-        self._min_size = min_size_to_sample
-        self._sampler = sampler
-        self._max_priority = 1.0  # new items' priority: the largest given through update_priorities
-        paths = [field.path for field in self._fields]
-        self._step_type_index = paths.index("step_type") if hasattr(self._data_spec, "step_type") else None
-        self._server = None
-        if address is None:
-            table = make_table(
-                self._data_spec, sequence_length, table_name, capacity, sampler, priority_exponent, rate_limiter
-            )
-            checkpointer = None
-            if checkpoint_dir is not None or fallback_checkpoint is not None:
-                checkpointer = reverb.checkpointers.DefaultCheckpointer(
-                    checkpoint_dir or tempfile.mkdtemp(), fallback_checkpoint_path=fallback_checkpoint
-                )
-            self._server = start_server([table], checkpointer=checkpointer)
-            address = f"localhost:{self._server.port}"
-            logger.warning(STARTED, table_name, self._server.port)
-            # The embedded server does not outlive its buffer, closed or not.
-            self._finalizer = weakref.finalize(self, self._server.stop)
-        self._address = address
-        self._client = reverb.Client(address)
-        if self._server is None:
-            self._check_served_table(table_signature(self._data_spec, sequence_length))
-            served = served_sampler(self._client, table_name)
-            if served != sampler:
-                raise ValueError(
-                    OTHER_SAMPLER.format(table=table_name, address=address, served=served, received=sampler)
-                )
-        self._lock = threading.Lock()  # one writer per environment, used by one thread at a time
-        self._writers = [self._client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
-        self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
-        self._added = np.zeros(batch_size, np.int64)  # frames each environment added in all
-        self._items = np.zeros(batch_size, np.int64)  # items each environment's writer made
-
-    @property
-    def batch_size(self) -> int:
-        """The number of environments: the leading dimension `add_batch` expects."""
-        return self._batch_size
-
-    @property
-    def sequence_length(self) -> int:
-        """Frames per item: the longest window `get_next` and `as_dataset` sample."""
-        return self._sequence_length
-
-    @property
-    def sampler(self) -> str:
-        """How the table draws items: "uniform" or "prioritized"."""
-        return self._sampler
-
-    @property
-    def prioritized(self) -> bool:
-        """Whether the table draws by priority (`sampler="prioritized"`)."""
-        return self._sampler == "prioritized"
-
-    @property
-    def table_name(self) -> str:
-        """The Reverb table the buffer reads and writes."""
-        return self._table_name
-
-    @property
-    def server_address(self) -> str:
-        """The server's "host:port"."""
-        return self._address
-
-    @property
-    def py_client(self) -> Any:
-        """The `reverb.Client` of the server (for example `py_client.checkpoint()`)."""
-        self._check_open()
-        return self._client
-
-    def flush(self) -> None:
-        """Sends every item written so far to the server and waits until it has them."""
-        self._check_open()
-        with self._lock:
-            for writer in self._writers:
-                writer.flush()
-
-    def _check_served_table(self, signature: Any) -> None:
-        """Refuses a running server's table whose items are not this buffer's windows (before any add)."""
-        tables = self._client.server_info()
-        if self._table_name not in tables:
-            raise ValueError(NO_TABLE.format(address=self._address, table=self._table_name, tables=sorted(tables)))
-        served = tables[self._table_name].signature
-
-        def layout(nest: Any) -> Any:
-            fields = specs.flatten_spec(nest)
-            return sorted((path, tuple(spec.shape.as_list()), spec.dtype.name) for path, spec in fields)
-
-        if served is None or layout(served) != layout(signature):
-            raise ValueError(
-                OTHER_SIGNATURE.format(
-                    table=self._table_name,
-                    address=self._address,
-                    served=_describe(served),
-                    sequence_length=self._sequence_length,
-                    requested=_describe(signature),
-                )
-            )
-
-    # Hooks of ReplayBuffer.
-
-    def _add_batch_outer_dims(self) -> tuple[int, ...]:
-        return (self._batch_size,)
-
-    def _max_num_steps(self) -> int:
-        return self._sequence_length
-
-    def _num_frames(self) -> Any:
-        return host.now_or_when_run(self._num_items)
-
-    def _num_items(self) -> np.int64:
-        self._check_open()
-        return np.int64(self._client.server_info()[self._table_name].current_size)
-
-    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
-        if not tf.executing_eagerly():
-            return host.add_when_run(self._add_arrays, leaves, self._batch_size)
-        arrays = host.arrays(leaves)
-        with self._lock:
-            self._check_open()
-            for env, writer in enumerate(self._writers):
-                self._append_locked(env, writer, [array[env] for array in arrays])
-            ids = self._added.copy()
-            self._added += 1
-        return ids
-
-    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return np.asarray(self.add_batch(self._pack(arrays)))
-
-    def _append_locked(self, env: int, writer: Any, frame: list[np.ndarray]) -> None:
-        step_type = None if self._step_type_index is None else int(frame[self._step_type_index])
-        if step_type == FIRST and self._episode_frames[env]:
-            writer.end_episode(clear_buffers=False)  # no item reaches back into the last episode
-            self._episode_frames[env] = 0
-        # The writer gets the fields as a flat list, in the order of the table signature's flattened columns
-        # (which is what the server checks and the samplers unpack): packing the nest costs more than the write.
-        writer.append(frame)
-        self._episode_frames[env] += 1
-        length = self._sequence_length
-        if self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0:
-            window = [column[-length:] for column in writer.history]
-            writer.create_item(self._table_name, priority=self._max_priority, trajectory=window)
-            self._items[env] += 1
-            if self._items[env] % MAX_PENDING_ITEMS == 0:
-                # Long episodes: wait until the server confirmed all but the last MAX_PENDING_ITEMS, so that
-                # unconfirmed items cannot pile up in memory (Reverb warns beyond about 50).
-                writer.flush(block_until_num_items=MAX_PENDING_ITEMS)
-        if step_type == LAST:
-            writer.flush()
-
-    def update_priorities(self, ids: Any, priorities: Any) -> Any:
-        """Sets the priorities of the items `ids` (the keys `BufferInfo.ids` returned).
-
-        Only for `sampler="prioritized"`. New items get the largest priority given
-        here so far (1.0 at first and after `clear`), as in the PER paper. Reverb
-        ignores keys no longer in the table (removed since they were sampled, normal
-        when collecting while training) and does not say how many: this returns None.
-        Eagerly, and inside `tf.function` when the graph runs.
-
-        Raises:
-          TypeError: If `ids` are not integers.
-          ValueError: If the table samples uniformly, the shapes differ, or a priority
-            is negative, NaN or infinite. Nothing is changed then.
-        """
-        self._check_open()
-        if self._sampler != "prioritized":
-            raise ValueError(NOT_PRIORITIZED.format(table=self._table_name))
-        if not tf.executing_eagerly():
-            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
-            host.call(self._update_value, inputs, tf.int64, [])
-            return None
-        self._update_value(np.asarray(ids), np.asarray(priorities))
-        return None
-
-    def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
-        ids, priorities = prioritized.check_update(ids, priorities, None)
-        keys = ids.view(np.uint64)
-        self._client.mutate_priorities(self._table_name, updates=dict(zip(keys.tolist(), priorities.tolist())))
-        if priorities.size and priorities.max() > self._max_priority:
-            self._max_priority = float(priorities.max())
-        return np.int64(0)
-
-    def _check_sampleable(self) -> None:
-        items = int(self._num_items())
-        if items < self._min_size:
-            message = EMPTY.format(
-                buffer=type(self).__name__, table=self._table_name, items=items, needed=self._min_size
-            )
-            raise tf.errors.InvalidArgumentError(None, None, message)
-
-    def _sample_arrays(
-        self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        self._check_open()
-        self._check_sampleable()
-        count = 1 if sample_batch_size is None else sample_batch_size
-        samples = list(
-            self._client.sample(self._table_name, count, emit_timesteps=False, unpack_as_table_signature=True)
-        )
-        leaves = [
-            np.stack([self._window(leaf, num_steps) for leaf in column])
-            for column in zip(*(tf.nest.flatten(sample.data) for sample in samples))
-        ]
-        keys = np.array([sample.info.key for sample in samples], np.uint64).view(np.int64)
-        probabilities = np.array([sample.info.probability for sample in samples], np.float32)
-        if sample_batch_size is None:
-            return [leaf[0] for leaf in leaves], keys[0], probabilities[0]
-        return leaves, keys, probabilities
-
-    @staticmethod
-    def _window(leaf: np.ndarray, num_steps: int | None) -> np.ndarray:
-        return leaf[0] if num_steps is None else leaf[:num_steps]
-
-    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves: Any
-        if tf.executing_eagerly():
-            leaves, keys, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-        else:  # an item's key per window
-            sample = host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps, ids_per_step=False)
-            leaves, keys, probabilities = sample
-        return self._pack(leaves), BufferInfo(keys, probabilities)
-
-    def _as_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        reverb = _import_reverb()
-        dataset = reverb.TrajectoryDataset.from_table_signature(
-            server_address=self._address,
-            table=self._table_name,
-            max_in_flight_samples_per_worker=2 * (sample_batch_size or 1),
-        )
-        # Batched before anything else, so that the windows are cut and the fields packed once per batch.
-        batched = sample_batch_size is not None
-        if batched:
-            dataset = dataset.batch(sample_batch_size, drop_remainder=True)
-
-        def element(sample: Any) -> tuple[Any, BufferInfo]:
-            def window(leaf: tf.Tensor) -> tf.Tensor:
-                if num_steps is None:
-                    return leaf[:, 0] if batched else leaf[0]
-                return leaf[:, :num_steps] if batched else leaf[:num_steps]
-
-            items = tf.nest.map_structure(window, sample.data)
-            info = BufferInfo(tf.bitcast(sample.info.key, tf.int64), tf.cast(sample.info.probability, tf.float32))
-            return self._pack_for_dataset(tf.nest.flatten(items)), info
-
-        return dataset.map(element, num_parallel_calls=num_parallel_calls)
-
-    def _single_deterministic_pass_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        raise ValueError(NO_DETERMINISTIC_PASS)
-
-    def _gather_all(self) -> Any:
-        raise NotImplementedError(NO_GATHER_ALL)
-
-    def _clear(self) -> None:
-        host.now_or_when_run(self._clear_value)
-
-    def _clear_value(self) -> np.int64:
-        with self._lock:
-            self._check_open()
-            for writer in self._writers:
-                writer.end_episode(clear_buffers=True)  # pending items are written, then the table emptied
-            self._client.reset(self._table_name)
-            self._episode_frames[:] = 0
-            self._max_priority = 1.0
-        return np.int64(0)
-
-    def _close(self) -> None:
-        reverb = _import_reverb()
-        with self._lock:
-            for writer in self._writers:
-                try:
-                    writer.flush(timeout_ms=int(CLOSE_FLUSH_SECONDS * 1000))  # close() alone drops unsent items
-                except (reverb.errors.DeadlineExceededError, RuntimeError) as error:
-                    logger.warning(UNSENT_AT_CLOSE, self._address, error)
-                writer.close()
-            self._writers = []
-        if self._server is not None:
-            self._finalizer()  # stops the server once
-            self._server = None
-
-
-# Reverb logs a line per 100 chunks read while it loads a checkpoint: hundreds of lines for a large table.
-CHECKPOINT_PROGRESS = [r"Still reading compressed trajectory data\. \d+ records have been read so far"]
-
-
-def start_server(tables: list[Any], port: int | None = None, checkpointer: Any = None) -> Any:
-    """`reverb.Server(tables, port, checkpointer)`, its start-up log written on once it has started.
-
-    Reverb's server starts, and loads the checkpointer's checkpoint, holding the GIL while it logs. In a
-    Jupyter kernel (Colab's included) stderr is a pipe that a Python thread empties: a checkpoint whose
-    loading logs more than the pipe holds (about 64 KiB: some 50,000 chunks) would stop the kernel for
-    good. Its log goes to a file meanwhile and is written to stderr after, less the per-100-chunks
-    progress lines.
-    """
-    reverb = _import_reverb()
-    with _noise.stderr_without(CHECKPOINT_PROGRESS):
-        return reverb.Server(tables, port=port, checkpointer=checkpointer)
-
-
-def make_table(
-    data_spec: Any,
-    sequence_length: int,
-    table_name: str,
-    capacity: int,
-    sampler: str = "uniform",
-    priority_exponent: float = 0.6,
-    rate_limiter: Any = None,
-) -> Any:
-    """The Reverb table a `ReverbReplayBuffer` of these options reads and writes (FIFO removal).
-
-    Items are windows of `sequence_length` frames of `data_spec` (the table's
-    signature); `rate_limiter` defaults to `MinSize(1)`. A standalone server
-    (`scripts/replay_server.py`) serves the same table to buffers given its address.
-    """
-    reverb = _import_reverb()
-    signature = table_signature(data_spec, sequence_length)
-    return reverb.Table(
-        name=table_name,
-        sampler=reverb.selectors.Uniform() if sampler == "uniform" else reverb.selectors.Prioritized(priority_exponent),
-        remover=reverb.selectors.Fifo(),
-        max_size=capacity,
-        rate_limiter=rate_limiter or reverb.rate_limiters.MinSize(1),
-        signature=signature,
-    )
-
-
-def served_sampler(client: Any, table_name: str) -> str:
-    """How a served table samples, "uniform" or "prioritized" (or its Reverb options when neither).
-
-    `client` is a `reverb.Client` or a "host:port" address.
-    """
-    if isinstance(client, str):
-        client = _import_reverb().Client(client)
-    options = client.server_info()[table_name].sampler_options
-    if options.HasField("uniform"):
-        return "uniform"
-    if options.HasField("prioritized"):
-        return "prioritized"
-    return str(options).strip()
-
-
-def table_signature(data_spec: Any, sequence_length: int) -> Any:
-    """The signature of a table of windows of `sequence_length` frames of `data_spec`."""
-    return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec([sequence_length, *spec.shape], spec.dtype, spec.name), specs.unwrap(data_spec)
-    )
-
-
-def _describe(nest: Any) -> str:
-    """`{path: dtype[shape]}` of a nest of specs, for messages."""
-    if nest is None:
-        return "no signature"
-    fields = sorted(specs.flatten_spec(nest))
-    return "{" + ", ".join(f"{path}: {spec.dtype.name}{spec.shape.as_list()}" for path, spec in fields) + "}"
-
-
-def make_rate_limiter(min_size: int, samples_per_insert: Any = None, error_buffer: Any = None) -> Any:
-    """Reverb's `MinSize`, or `SampleToInsertRatio` when `samples_per_insert` is given (arguments checked).
-
-    The rate limiter of `ReverbReplayBuffer(min_size_to_sample=, samples_per_insert=, error_buffer=)`,
-    for `make_table` and servers started apart from a buffer.
-    """
-    reverb = _import_reverb()
-    ratio = check_ratio(min_size, samples_per_insert, error_buffer)
-    if ratio is None:
-        return reverb.rate_limiters.MinSize(min_size)
-    return reverb.rate_limiters.SampleToInsertRatio(ratio[0], min_size, ratio[1])
+from tfbuffers.remote.sharding import sharded_dataset
+
+__all__ = [
+    "CHECKPOINT_PROGRESS",
+    "CLOSE_FLUSH_SECONDS",
+    "EMPTY",
+    "FIRST",
+    "LAST",
+    "MAX_PENDING_ITEMS",
+    "NOT_PRIORITIZED",
+    "NO_DETERMINISTIC_PASS",
+    "NO_GATHER_ALL",
+    "NO_REVERB",
+    "NO_TABLE",
+    "OTHER_SAMPLER",
+    "OTHER_SIGNATURE",
+    "SAMPLERS",
+    "STARTED",
+    "UNSENT_AT_CLOSE",
+    "EnvironmentWriters",
+    "ReverbReplayBuffer",
+    "check_ratio",
+    "check_served_table",
+    "make_rate_limiter",
+    "make_table",
+    "served_sampler",
+    "sharded_dataset",
+    "start_server",
+    "table_signature",
+]
