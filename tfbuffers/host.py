@@ -3,7 +3,8 @@
 The py buffers keep numpy arrays, the Reverb buffer a client of a server; a buffer hosted in
 another process would keep a handle. Inside a `tf.function` or a `tf.data` pipeline each of their
 calls (add, sample, gather, clear, count) becomes one stateful `tf.numpy_function` op that runs
-when the graph runs, never when it is traced. This module writes that once:
+when the graph runs, never when it is traced. This module writes that once, and `HostExecution`
+makes a buffer's hooks of it:
 
 - `call(method, inputs, dtypes, shapes)`: `method(*inputs)` as such an op. The op reaches the
   method's buffer through a weak reference (TensorFlow keeps the functions given to
@@ -30,14 +31,15 @@ when the graph runs, never when it is traced. This module writes that once:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers.replay_buffer import weak_method
-from tfbuffers.specs import Field
+from tfbuffers.replay_buffer import BufferInfo, weak_method
+from tfbuffers.specs import DeferredShapeCheck, Field
 
 
 def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes: Any) -> Any:
@@ -70,6 +72,14 @@ def now_or_when_run(method: Callable[[], Any]) -> Any:
     if tf.executing_eagerly():
         return method()
     return call(method, [], tf.int64, [])
+
+
+def gather_all(gather_arrays: Callable[[], list[np.ndarray]], fields: Sequence[Field], batch_size: int) -> list[Any]:
+    """The leaves of `gather_arrays()` (every frame, `[batch_size, frames, ...]`): now eagerly, in a graph when run."""
+    if tf.executing_eagerly():
+        return gather_arrays()
+    outer = tf.TensorShape([batch_size, None])
+    return call(gather_arrays, [], [f.spec.dtype for f in fields], [outer.concatenate(f.spec.shape) for f in fields])
 
 
 def arrays(leaves: Sequence[Any]) -> list[np.ndarray]:
@@ -113,3 +123,74 @@ def sample(
     ids = tf.ensure_shape(outputs[-2], outer if ids_per_step else batch)
     probabilities = tf.ensure_shape(outputs[-1], batch)
     return outputs[: len(fields)], ids, probabilities
+
+
+class HostExecution(metaclass=abc.ABCMeta):
+    """The host execution mode: a buffer's `ReplayBuffer` hooks made of its calls on numpy arrays.
+
+    A buffer whose frames live on the host (the py buffers' arrays, a Reverb or Ray client's server) says
+    what each call does on numpy arrays, and this mix-in runs it eagerly at once, or inside a graph as one
+    op when the graph runs (`call`):
+
+    - `_add_value(arrays)`: one frame per segment (checked leaves, batch first) → the `[batch_size]` ids;
+    - `_sample_arrays(sample_batch_size, num_steps)` → `(leaves, ids, probabilities)` (`sample`'s draw);
+    - `_num_frames_value()`, `_clear_value()` → an int64 scalar;
+    - `_gather_all_arrays()` → every frame's leaves, `[batch_size, frames, ...]`.
+
+    `IDS_PER_STEP`: whether `BufferInfo.ids` has an id per frame of a window or one per window.
+    """
+
+    IDS_PER_STEP = True
+    # What the buffer (a `ReplayBuffer`) has.
+    _fields: tuple[Field, ...]
+    batch_size: Any
+    _pack: Callable[..., Any]
+    add_batch: Callable[..., Any]
+
+    @abc.abstractmethod
+    def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
+        """Adds one frame per segment (checked leaves, batch first); returns the `[batch_size]` ids."""
+
+    @abc.abstractmethod
+    def _sample_arrays(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """`(leaves, ids, probabilities)`: a sample drawn on the host (`sample`'s draw)."""
+
+    @abc.abstractmethod
+    def _num_frames_value(self) -> np.int64:
+        """What `num_frames()` returns."""
+
+    @abc.abstractmethod
+    def _clear_value(self) -> np.int64:
+        """Empties the buffer; returns 0."""
+
+    @abc.abstractmethod
+    def _gather_all_arrays(self) -> list[np.ndarray]:
+        """Every stored frame's leaves, `[batch_size, frames, ...]`, oldest first."""
+
+    def _num_frames(self) -> Any:
+        return now_or_when_run(self._num_frames_value)
+
+    def _add_batch(self, leaves: list[Any], deferred: list[DeferredShapeCheck]) -> Any:
+        if not tf.executing_eagerly():
+            return add_when_run(self._add_arrays, leaves, self.batch_size)
+        return self._add_value(arrays(leaves))
+
+    def _add_arrays(self, *values: np.ndarray) -> np.ndarray:
+        # A graph's add when it runs: checked again, for the shapes unknown when it was traced.
+        return np.asarray(self.add_batch(self._pack(values)))
+
+    def _get_next(self, sample_batch_size: Any, num_steps: int | None) -> tuple[Any, BufferInfo]:
+        if tf.executing_eagerly():
+            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
+        else:
+            draw = self._sample_arrays, self._fields, sample_batch_size, num_steps
+            leaves, ids, probabilities = sample(*draw, ids_per_step=self.IDS_PER_STEP)
+        return self._pack(leaves), BufferInfo(ids, probabilities)
+
+    def _gather_all(self) -> Any:
+        return self._pack(gather_all(self._gather_all_arrays, self._fields, self.batch_size))
+
+    def _clear(self) -> None:
+        now_or_when_run(self._clear_value)

@@ -16,7 +16,6 @@ from tfbuffers._py_states import HostStates
 from tfbuffers._segmented import SegmentedReplayBuffer
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
-    BufferInfo,
     optional_positive_int,
     positive_int,
     weak_method,
@@ -57,7 +56,7 @@ def segment_sizes(capacity: Any, batch_size: Any, max_length: Any) -> tuple[int,
     return batch_size, max_length
 
 
-class PyUniformReplayBuffer(SegmentedReplayBuffer):
+class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
     """A numpy replay buffer with the TF buffer's layout, API and return conventions.
 
     Storage is the same as `TFUniformReplayBuffer`'s (`batch_size` segments of
@@ -251,18 +250,12 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._table.flush()
         return np.int64(0)
 
-    def _num_frames(self) -> Any:
-        return host.now_or_when_run(self._num_frames_value)
-
     def _num_frames_value(self) -> np.int64:
         with self._lock:
             self._check_open()
             return np.int64(self._frames_of(self._table.added))
 
-    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
-        if not tf.executing_eagerly():
-            return host.add_when_run(self._add_arrays, leaves, self._batch_size)
-        arrays = host.arrays(leaves)
+    def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
         with self._lock:
             added, sampler = self._table.added, self._sampler
             if sampler.watches_adds:
@@ -274,9 +267,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             self._table.added = added + 1  # last: the add's commit (tfbuffers.memmap)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
-
-    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return np.asarray(self.add_batch(self._pack(arrays)))
 
     def sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -296,13 +286,6 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
             sample = self._sampler.sample(self._backend, self._table.added, sample_batch_size, num_steps)
             leaves = self._table.read(sample.rows)
         return leaves, np.asarray(sample.ids), sample.probabilities
-
-    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        if tf.executing_eagerly():
-            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-        else:
-            leaves, ids, probabilities = self._sample_tensors(sample_batch_size, num_steps)
-        return self._pack(leaves), BufferInfo(ids, probabilities)
 
     def _gather_arrays(self, ids: np.ndarray, fields: Sequence[int] | None = None) -> list[np.ndarray]:
         with self._lock:
@@ -348,22 +331,11 @@ class PyUniformReplayBuffer(SegmentedReplayBuffer):
     def _write_rows(self, field: int, first_row: int, rows: np.ndarray) -> None:
         self._states.write_rows(field, first_row, rows)
 
-    def _gather_all(self) -> Any:
-        if not tf.executing_eagerly():
-            leaves = host.call(
-                self._gather_all_arrays, [], *_leaf_types(self._fields, tf.TensorShape([self._batch_size, None]))
-            )
-            return self._pack(leaves)
-        return self._pack(self._gather_all_arrays())
-
     def _gather_all_arrays(self) -> list[np.ndarray]:
         with self._lock:
             self._check_open()
             ids = _ring.chronological_ids(_OPS, self._table.added, self._max_length, self._batch_size)
             return self._table.read(self._rows(ids))
-
-    def _clear(self) -> None:
-        host.now_or_when_run(self._clear_value)
 
     def _clear_value(self) -> np.int64:
         with self._lock:

@@ -15,9 +15,10 @@ this module is where they are imported from.
 """
 
 from tfbuffers.remote.ray.actor import RayHost
-from tfbuffers.remote.ray.client import PREFETCH_BYTES, PREFETCH_ITEMS, RayReplayBuffer, fetch_batches
+from tfbuffers.remote.ray.client import RayReplayBuffer
 from tfbuffers.remote.ray.cluster import NAMESPACE, ensure_ray, listening, private_token, ray_processes
 from tfbuffers.remote.ray.manifest import read_manifest, write_manifest
+from tfbuffers.remote.ray.prefetch import PREFETCH_BYTES, PREFETCH_ITEMS, fetch_batches
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 from tfbuffers.remote.ray.writer import RayWriter
 

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import prioritized, sampling, specs
+from tfbuffers.remote.ray.cluster import cause_of
 from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 
@@ -372,3 +373,18 @@ def actor_class(ray: Any) -> Any:
     if _ACTOR_CLASS is None:
         _ACTOR_CLASS = ray.remote(num_cpus=0, max_concurrency=16)(RayHost)
     return _ACTOR_CLASS
+
+
+def started_actor(ray: Any, config: dict[str, Any], namespace: str) -> Any:
+    """A new `RayHost` actor named `config["name"]` in `namespace`, once its constructor ran.
+
+    Raises:
+      Exception: What the constructor raised (a bad spec or option), the actor killed.
+    """
+    actor = actor_class(ray).options(name=config["name"], namespace=namespace).remote(config)
+    try:
+        ray.get(actor.ping.remote())
+    except Exception as error:
+        ray.kill(actor)
+        raise cause_of(error) from None
+    return actor

@@ -8,13 +8,10 @@ the segments, writers and samples fit together.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
-import threading
 import uuid
-import weakref
-from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,10 +19,11 @@ import tensorflow as tf
 
 from tfbuffers import host, specs
 from tfbuffers.remote.base import RemoteReplayBuffer
-from tfbuffers.remote.ray.actor import actor_class
-from tfbuffers.remote.ray.cluster import NAMESPACE, call, cause_of, ensure_ray, import_ray
+from tfbuffers.remote.ray.actor import started_actor
+from tfbuffers.remote.ray.cluster import NAMESPACE, call, ensure_ray, import_ray
 from tfbuffers.remote.ray.config import actor_config, check_timeout, found_actor
 from tfbuffers.remote.ray.manifest import Source, read_manifest
+from tfbuffers.remote.ray.prefetch import PREFETCH_ITEMS, Prefetch, fetch_batches, split_samples
 from tfbuffers.remote.ray.writer import RayWriter
 from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
 
@@ -38,13 +36,6 @@ NO_PASS = (
 NOT_PRIORITIZED = (
     "update_priorities: the buffer samples uniformly (sampler='uniform'); make it with sampler='prioritized'"
 )
-
-
-# `prefetch_items`' default by sampler: a prioritized learner's priorities move between fetches, so it fetches less.
-PREFETCH_ITEMS = {"uniform": 8192, "prioritized": 512}
-
-
-PREFETCH_BYTES = 32 << 20  # the most one of `as_dataset`'s fetches holds (two are in flight: the next is asked for)
 
 
 class RayReplayBuffer(RemoteReplayBuffer):
@@ -83,6 +74,9 @@ class RayReplayBuffer(RemoteReplayBuffer):
     docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/ray_replay_buffer_test.py runs
     them on a local cluster.
     """
+
+    NO_PASS = NO_PASS
+    NOT_PRIORITIZED = NOT_PRIORITIZED
 
     def __init__(
         self,
@@ -159,13 +153,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
         )
         timeout = check_timeout(timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
-        ray = ensure_ray(address)
-        actor = actor_class(ray).options(name=config["name"], namespace=NAMESPACE).remote(config)
-        try:
-            ray.get(actor.ping.remote())  # the constructor's errors (a bad spec or option) raised here
-        except Exception as error:
-            ray.kill(actor)
-            raise cause_of(error) from None
+        actor = started_actor(ensure_ray(address), config, NAMESPACE)  # a bad spec or option raised here
         self._attach(actor, config, owner=True, timeout=timeout, prefetch_items=prefetch_items)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
@@ -220,11 +208,8 @@ class RayReplayBuffer(RemoteReplayBuffer):
 
     def __reduce__(self) -> Any:
         # A handle elsewhere (a Ray task or actor) shares the actor; only the handle that made it ends it.
-        return (self._unpickled, (self._actor, self._config, self._timeout, self._prefetch_items))
-
-    @classmethod
-    def _unpickled(cls, actor: Any, config: dict[str, Any], timeout: Any, prefetch: int | None) -> RayReplayBuffer:
-        return cls._handle(actor, config, owner=False, timeout=timeout, prefetch=prefetch)
+        handle = functools.partial(self._handle, owner=False, timeout=self._timeout, prefetch=self._prefetch_items)
+        return (handle, (self._actor, self._config))
 
     @classmethod
     def load(cls, path: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
@@ -281,11 +266,6 @@ class RayReplayBuffer(RemoteReplayBuffer):
         return self._config["sampler"]
 
     @property
-    def prioritized(self) -> bool:
-        """Whether the buffer samples by priority (`sampler="prioritized"`)."""
-        return self._config["sampler"] == "prioritized"
-
-    @property
     def directory(self) -> pathlib.Path | None:
         """Where the segments are memory-mapped (`directory=`), or None in RAM."""
         directory = self._config["directory"]
@@ -299,6 +279,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
     # The remote calls.
 
     def _remote(self, method: str, *args: Any) -> Any:
+        self._check_open()  # every call: a closed handle reaches no actor
         return call(self._actor, method, *args)
 
     @property
@@ -306,40 +287,23 @@ class RayReplayBuffer(RemoteReplayBuffer):
         """Seconds a sample or add waits for the rate limiter before `TimeoutError` (None: forever)."""
         return self._timeout
 
-    def _add_batch_outer_dims(self) -> tuple[int, ...]:
-        return (self.batch_size,)
-
     def _max_num_steps(self) -> int:
         return self.max_length
 
-    def _num_frames(self) -> Any:
-        return host.now_or_when_run(self._num_frames_value)
-
     def _num_frames_value(self) -> np.int64:
-        self._check_open()
         return np.int64(self._remote("num_frames"))
 
     def frames_per_segment(self) -> list[int]:
         """How many frames each segment holds (writers fill theirs at their own pace)."""
-        self._check_open()
         return list(self._remote("frames_per_segment"))
 
-    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
-        if not tf.executing_eagerly():
-            return host.add_when_run(self._add_arrays, leaves, self.batch_size)
-        return self._add_leaves(host.arrays(leaves))
-
-    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return self._add_leaves(list(arrays))
-
-    def _add_leaves(self, arrays: list[np.ndarray]) -> np.ndarray:
-        self._check_open()
+    def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
         return self._remote("add", list(range(self.batch_size)), arrays, self._timeout)
 
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        self._check_open()
+        self._check_open()  # a closed handle: ValueError, not the empty buffer's error below
         try:
             return split_samples(
                 self._remote("sample", sample_batch_size, num_steps, 1, self._timeout), sample_batch_size
@@ -347,19 +311,12 @@ class RayReplayBuffer(RemoteReplayBuffer):
         except ValueError as error:  # sampling an empty buffer: as the local buffers refuse it
             raise tf.errors.InvalidArgumentError(None, None, str(error)) from None
 
-    def _get_next(self, sample_batch_size: Any, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        if tf.executing_eagerly():
-            leaves, ids, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-        else:
-            leaves, ids, probabilities = host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps)
-        return self._pack(leaves), BufferInfo(ids, probabilities)
-
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
         items = self._prefetch_items or PREFETCH_ITEMS[self.sampler]
         batches = fetch_batches(self._fields, sample_batch_size, num_steps, items)
-        fetch = _Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
+        fetch = Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
 
         def element(_: Any) -> tuple[Any, BufferInfo]:
             leaves, ids, probabilities = host.sample(fetch.next, self._fields, sample_batch_size, num_steps)
@@ -368,20 +325,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
         dataset = tf.data.Dataset.from_tensors(np.int64(0)).repeat().map(element, num_parallel_calls=num_parallel_calls)
         return keep_alive(dataset, (self, fetch))
 
-    def _single_deterministic_pass_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        raise ValueError(NO_PASS)
-
-    def _gather_all(self) -> Any:
-        if tf.executing_eagerly():
-            return self._pack(self._gather_all_arrays())
-        dtypes = [field.spec.dtype for field in self._fields]
-        shapes = [tf.TensorShape([self.batch_size, None]).concatenate(field.spec.shape) for field in self._fields]
-        return self._pack(host.call(self._gather_all_arrays, [], dtypes, shapes))
-
     def _gather_all_arrays(self) -> list[np.ndarray]:
-        self._check_open()
         return self._remote("gather_all")
 
     def gather_segment(self, segment: int) -> Any:
@@ -391,11 +335,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
             raise ValueError(f"segment: expected an int in [0, {self.batch_size}), got {segment!r}")
         return self._pack(self._remote("gather_segment", int(segment)))
 
-    def _clear(self) -> None:
-        host.now_or_when_run(self._clear_value)
-
     def _clear_value(self) -> np.int64:
-        self._check_open()
         self._remote("clear")
         return np.int64(0)
 
@@ -406,21 +346,13 @@ class RayReplayBuffer(RemoteReplayBuffer):
         skipped and counted in the return value; an id never stored (in its segment) or a priority that is
         negative, NaN or infinite is refused, naming it, before any priority changes.
         """
-        self._check_open()
-        if not self.prioritized:
-            raise ValueError(NOT_PRIORITIZED)
-        if not tf.executing_eagerly():
-            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
-            return host.call(self._update_value, inputs, tf.int64, [])
-        return int(self._update_value(np.asarray(ids), np.asarray(priorities)))
+        return self._send_priorities(ids, priorities)
 
     def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
-        self._check_open()
         return np.int64(self._remote("update_priorities", ids, priorities))
 
     def flush(self) -> None:
         """Writes every memory-mapped segment back to the disk (`msync`); nothing to do in RAM."""
-        self._check_open()
         self._remote("flush")
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
@@ -428,7 +360,6 @@ class RayReplayBuffer(RemoteReplayBuffer):
 
         The actor writes them: `path` is on the actor's machine. `RayReplayBuffer.load(path)` reads them.
         """
-        self._check_open()
         return pathlib.Path(self._remote("save", str(pathlib.Path(path).absolute())))
 
     def writer(self, num_envs: int) -> RayWriter:
@@ -449,63 +380,3 @@ class RayReplayBuffer(RemoteReplayBuffer):
                 ray.get(self._actor.close.remote())
             with contextlib.suppress(Exception):
                 ray.kill(self._actor)
-
-
-class _Prefetch:
-    """Samples for one dataset, fetched several batches a call, the next call already asked for while these are read.
-
-    `arguments`: the actor's `sample` arguments, `(sample_batch_size, num_steps, batches, timeout)`.
-    """
-
-    def __init__(self, buffer: RayReplayBuffer, arguments: tuple[Any, ...]) -> None:
-        self._buffer = weakref.ref(buffer)  # to refuse reads once it is closed; the dataset keeps it alive
-        self._actor = buffer.actor
-        self._arguments = arguments
-        self._ready: deque[Any] = deque()
-        self._pending: Any = None
-        self._lock = threading.Lock()
-
-    def next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, ...]:
-        """The next sample, `(leaves, ids, probabilities)` (`tfbuffers.host.sample`'s draw)."""
-        ray = import_ray()
-        with self._lock:
-            buffer = self._buffer()
-            if buffer is None or buffer.closed:
-                raise ValueError("RayReplayBuffer: the buffer is closed")
-            while not self._ready:
-                pending = self._pending or self._actor.sample.remote(*self._arguments)
-                self._pending = None
-                try:
-                    self._ready.extend(split_samples(ray.get(pending), self._arguments[0]))
-                except ray.exceptions.RayTaskError as error:
-                    cause = cause_of(error)
-                    if isinstance(cause, ValueError):  # an empty buffer: refused as get_next refuses it
-                        raise tf.errors.InvalidArgumentError(None, None, str(cause)) from None
-                    raise cause from None
-                self._pending = self._actor.sample.remote(*self._arguments)
-            return self._ready.popleft()
-
-
-def split_samples(
-    drawn: tuple[list[np.ndarray], np.ndarray, np.ndarray], sample_batch_size: int | None
-) -> list[tuple[list[np.ndarray], np.ndarray, np.ndarray]]:
-    """`RayHost.sample`'s stacked windows as its samples: batches of `sample_batch_size`, or single windows."""
-    leaves, ids, probabilities = drawn
-    if sample_batch_size is None:
-        return [([leaf[i] for leaf in leaves], ids[i], probabilities[i]) for i in range(len(ids))]
-    return [
-        ([leaf[start : start + sample_batch_size] for leaf in leaves], ids[start : start + sample_batch_size],
-         probabilities[start : start + sample_batch_size])
-        for start in range(0, len(ids), sample_batch_size)
-    ]  # fmt: skip
-
-
-def fetch_batches(fields: Sequence[Any], sample_batch_size: int | None, num_steps: int | None, items: int) -> int:
-    """How many batches one of `as_dataset`'s remote calls fetches.
-
-    `items // sample_batch_size` (whole batches of windows), at most `PREFETCH_BYTES` of frames of `fields` (the
-    flat data spec), at least one.
-    """
-    window = (num_steps or 1) * sum(int(np.prod(f.spec.shape)) * f.spec.dtype.size for f in fields)
-    batch = sample_batch_size or 1
-    return max(1, min(items // batch, PREFETCH_BYTES // (batch * window)))

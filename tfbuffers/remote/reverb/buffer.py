@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host, prioritized, specs
+from tfbuffers import prioritized
 from tfbuffers.remote.base import RemoteReplayBuffer
 from tfbuffers.remote.options import check_sampler
 from tfbuffers.remote.reverb.server import (
@@ -107,6 +107,9 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
     ...     int(buffer.num_frames()), {tuple(w) for w in items["x"].tolist()} <= {(0, 1), (1, 2), (2, 3)}
     (3, True)
     """
+
+    NO_PASS = NO_DETERMINISTIC_PASS
+    IDS_PER_STEP = False  # an item's key per window
 
     def __init__(
         self,
@@ -243,11 +246,6 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         return self._sampler
 
     @property
-    def prioritized(self) -> bool:
-        """Whether the table draws by priority (`sampler="prioritized"`)."""
-        return self._sampler == "prioritized"
-
-    @property
     def table_name(self) -> str:
         """The Reverb table the buffer reads and writes."""
         return self._table_name
@@ -270,26 +268,15 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
 
     # Hooks of ReplayBuffer.
 
-    def _add_batch_outer_dims(self) -> tuple[int, ...]:
-        return (self._batch_size,)
-
     def _max_num_steps(self) -> int:
         return self._sequence_length
 
-    def _num_frames(self) -> Any:
-        return host.now_or_when_run(self._num_items)
-
-    def _num_items(self) -> np.int64:
+    def _num_frames_value(self) -> np.int64:
         self._check_open()
         return np.int64(self._client.server_info()[self._table_name].current_size)
 
-    def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
-        if not tf.executing_eagerly():
-            return host.add_when_run(self._add_arrays, leaves, self._batch_size)
-        return self._writers.append(host.arrays(leaves))
-
-    def _add_arrays(self, *arrays: np.ndarray) -> np.ndarray:
-        return np.asarray(self.add_batch(self._pack(arrays)))
+    def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
+        return self._writers.append(arrays)
 
     def update_priorities(self, ids: Any, priorities: Any) -> Any:
         """Sets the priorities of the items `ids` (the keys `BufferInfo.ids` returned).
@@ -305,15 +292,11 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
           ValueError: If the table samples uniformly, the shapes differ, or a priority
             is negative, NaN or infinite. Nothing is changed then.
         """
-        self._check_open()
-        if self._sampler != "prioritized":
-            raise ValueError(NOT_PRIORITIZED.format(table=self._table_name))
-        if not tf.executing_eagerly():
-            inputs = [tf.convert_to_tensor(ids), tf.convert_to_tensor(priorities, tf.float64)]
-            host.call(self._update_value, inputs, tf.int64, [])
-            return None
-        self._update_value(np.asarray(ids), np.asarray(priorities))
+        self._send_priorities(ids, priorities)
         return None
+
+    def _not_prioritized(self) -> str:
+        return NOT_PRIORITIZED.format(table=self._table_name)
 
     def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
         ids, priorities = prioritized.check_update(ids, priorities, None)
@@ -324,7 +307,7 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         return np.int64(0)
 
     def _check_sampleable(self) -> None:
-        items = int(self._num_items())
+        items = int(self._num_frames_value())
         if items < self._min_size:
             message = EMPTY.format(
                 buffer=type(self).__name__, table=self._table_name, items=items, needed=self._min_size
@@ -349,15 +332,6 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         if sample_batch_size is None:
             return [leaf[0] for leaf in leaves], keys[0], probabilities[0]
         return leaves, keys, probabilities
-
-    def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:
-        leaves: Any
-        if tf.executing_eagerly():
-            leaves, keys, probabilities = self._sample_arrays(sample_batch_size, num_steps)
-        else:  # an item's key per window
-            sample = host.sample(self._sample_arrays, self._fields, sample_batch_size, num_steps, ids_per_step=False)
-            leaves, keys, probabilities = sample
-        return self._pack(leaves), BufferInfo(keys, probabilities)
 
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
@@ -385,16 +359,11 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
 
         return dataset.map(element, num_parallel_calls=num_parallel_calls)
 
-    def _single_deterministic_pass_dataset(
-        self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
-    ) -> tf.data.Dataset:
-        raise ValueError(NO_DETERMINISTIC_PASS)
-
     def _gather_all(self) -> Any:
-        raise NotImplementedError(NO_GATHER_ALL)
+        return self._gather_all_arrays()  # refused when traced too, not when the graph runs
 
-    def _clear(self) -> None:
-        host.now_or_when_run(self._clear_value)
+    def _gather_all_arrays(self) -> list[np.ndarray]:
+        raise NotImplementedError(NO_GATHER_ALL)
 
     def _clear_value(self) -> np.int64:
         self._writers.clear(lambda: self._client.reset(self._table_name))  # pending items written, then emptied
