@@ -163,68 +163,69 @@ def rebuild(step_types: np.ndarray, weights: np.ndarray, added: int, max_length:
     return record
 
 
-class _Record:
-    """What a buffer's record of episode ends does the same on both backends (`HostRecord`, `GraphRecord`).
+class EpisodeRecord:
+    """A buffer's record of episode ends: a part of its sampler, over extras in the buffer's storage.
 
-    A part of the buffer, over the extras it keeps in the buffer's storage; the buffer calls it where its
-    adds, clears, restores and priority updates change the record, and the sampler reads `record`.
+    One interface for both execution modes, the sampler's events: `before_add`, `on_add`, `on_clear`,
+    `on_restore` (with `restore_targets`), `reweighted` for a priority update, and `read` for the draws. On
+    the host (numpy extras) each changes the record in place under the buffer's lock and returns []; in the
+    graph (variables) each returns the ops, which the buffer runs in its writers' lock.
+
+    The add-time update has one kernel per mode, measured. The host's is plain loops over the few segments
+    whose episode ended (an add's numpy calls cost more than their arithmetic): the graph's vectorised update
+    (`ending_rows`), run over numpy with its parts skipped where they change nothing, made these adds 1.35x
+    slower (18 to 24 us per add of 4 segments, episodes of about 50 frames; measured 2026-11). The graph's is
+    one set of scatters (`ending_rows`), made before the block's rows are written.
     """
 
-    _xp: _sum_tree.Ops
-
-    def __init__(self, storage: Any, step_field: int, batch_size: int, max_length: int) -> None:
+    def __init__(self, storage: Any, step_field: int, batch_size: int, max_length: int, graph: bool) -> None:
         self.record = extras(storage, batch_size)
         self._storage = storage
         self._step_field = step_field
         self._batch_size = batch_size
         self._max_length = max_length
+        self._graph = graph
+        self._xp = _sum_tree.TENSORFLOW if graph else _sum_tree.NUMPY
+        self._cut: Any = None  # a host add's episode cuts, from `before_add` to `on_add`
         # The rows' weights in draws (`weights(rows)`: the prioritized sampler's priorities); 1 without.
         self.weights: Callable[[Any], Any] | None = None
 
     def row_columns(self, rows: Any) -> Any:
         """The rows' `near` columns (`columns` of their weights in draws: 1, or their priority's)."""
-        if self.weights is None:
-            return self._ones(rows)
-        return columns(self.weights(rows))
+        if self.weights is not None:
+            return columns(self.weights(rows))
+        return tf.ones([rows.shape[0], 3], tf.float64) if self._graph else np.ones([len(rows), 3])
 
-    def reweighted(self, rows: Any, weights: Any) -> Any:
-        """Moves distinct `rows`' weight to `weights` (`reweighted`), before the priorities change."""
-        return reweighted(self._xp, self.record, rows, weights, self.row_columns(rows))
+    def read(self) -> Near:
+        """The record for the sampler (in the graph: inside the sample's checked read, after the counter)."""
+        if not self._graph:
+            return self.record
+        return Near(self.record.distance, self.record.near.read_value(), self.record.last_end)
 
-    def rebuilt(self, step_types: np.ndarray, weights: np.ndarray, added: int) -> Near:
-        """The record of the stored frames of a restore (`rebuild`), from its step types and row weights."""
-        return rebuild(step_types, weights, added, self._max_length, self._batch_size)
+    def before_add(self, added: Any, new_types: Any) -> list[Any]:
+        """Add number `added` of frames of `new_types` is about to write its block.
 
-    def _ones(self, rows: Any) -> Any:
-        raise NotImplementedError
-
-
-class HostRecord(_Record):
-    """A numpy buffer's record of episode ends, changed in place under the buffer's lock.
-
-    An add asks `cut_before` before it writes its block (the previous frames may be the ones it
-    overwrites), then tells `written`. The add-time update is plain loops over the few segments whose
-    episode ended: an add's numpy calls cost more than their arithmetic. The TF record's vectorised update
-    (`ending_rows`), run over numpy (its parts skipped where they change nothing), made these adds 1.35x
-    slower (18 to 24 us per add of 4 segments, episodes of about 50 frames; measured 2026-11).
-    """
-
-    _xp = _sum_tree.NUMPY
-
-    def _ones(self, rows: np.ndarray) -> np.ndarray:
-        return np.ones([len(rows), 3])
-
-    def cut_before(self, added: int, new_types: np.ndarray) -> np.ndarray:
-        """`[batch_size]` whether an episode ends between each segment's newest frame and `new_types`' frame."""
+        Host: whether an episode ends before each segment's new frame, kept for `on_add`. Graph: the writes
+        (`ending_rows`), which read the previous frames' step types and the overwritten rows' weights first.
+        """
+        if self._graph:
+            return self._graph_written(added, new_types)
         if not added:
-            return np.zeros([self._batch_size], bool)
-        newest = int(_ring.block_start(added - 1, self._max_length, self._batch_size))
-        previous = self._storage.column(self._step_field)[newest : newest + self._batch_size]
-        return is_cut(previous, new_types)
+            self._cut = np.zeros([self._batch_size], bool)
+        else:
+            newest = int(_ring.block_start(added - 1, self._max_length, self._batch_size))
+            previous = self._storage.column(self._step_field)[newest : newest + self._batch_size]
+            self._cut = is_cut(previous, new_types)
+        return []
 
-    def written(self, added: int, cut: np.ndarray) -> None:
-        """Add number `added` was written: its rows leave the record, an ended episode's last frames join it."""
-        record = self.record
+    def on_add(self, added: int) -> list[Any]:
+        """Host: add number `added` was written; its rows leave the record, an ended episode's last frames join it.
+
+        The host's add kernel (the graph's wrote in `before_add`): plain loops over the segments whose episode ended.
+        """
+        if self._graph:
+            return []
+        record, cut = self.record, self._cut
         first = int(_ring.block_start(added, self._max_length, self._batch_size))
         left = record.distance[first : first + self._batch_size]
         if left.any():  # the overwritten frames were near the end of their episode
@@ -232,7 +233,7 @@ class HostRecord(_Record):
             np.subtract.at(record.near, left[left > 0], self.row_columns(rows))
             left[:] = 0
         if not cut.any():
-            return
+            return []
         ended = added - 1
         oldest_after = added + 1 - min(added + 1, self._max_length)
         for segment in np.flatnonzero(cut):
@@ -243,34 +244,43 @@ class HostRecord(_Record):
             record.distance[rows] = distances
             record.near[distances] += self.row_columns(rows)
             record.last_end[segment] = ended
+        return []
 
-    def cleared(self) -> None:
-        """The buffer was cleared: no episode ended."""
-        reset(self.record)
+    def on_clear(self) -> list[Any]:
+        """The buffer was cleared: no episode ended. Graph: the writes."""
+        if not self._graph:
+            reset(self.record)
+            return []
+        distance, near, last_end = self.record
+        return [
+            distance.assign(tf.zeros_like(distance), read_value=False),
+            near.assign(tf.zeros_like(near), read_value=False),
+            last_end.assign(tf.fill(tf.shape(last_end), tf.constant(-1, tf.int64)), read_value=False),
+        ]
 
+    def restore_targets(self) -> list[Any]:
+        """Graph: the record's variables, as `on_restore` orders its values."""
+        return list(self.record)
 
-class GraphRecord(_Record):
-    """A TF buffer's record of episode ends in variables (the storage's extras); its methods return the ops."""
+    def on_restore(self, step_types: np.ndarray, weights: np.ndarray, added: int) -> list[Any]:
+        """The record of a restore's stored frames (`rebuild`), from its step types and rows' weights.
 
-    _xp = _sum_tree.TENSORFLOW
-
-    def _ones(self, rows: tf.Tensor) -> tf.Tensor:
-        return tf.ones([rows.shape[0], 3], tf.float64)
-
-    @property
-    def variables(self) -> tuple[Any, ...]:
-        """The record's variables, as `rebuilt` orders its arrays: a restore assigns them."""
-        return tuple(self.record)
-
-    def read(self) -> Near:
-        """The record for the sampler, inside the sample's checked read (after the counter)."""
-        return Near(self.record.distance, self.record.near.read_value(), self.record.last_end)
-
-    def written(self, added: tf.Tensor, new_types: tf.Tensor) -> list[Any]:
-        """The writes for add number `added` of frames of `new_types` (`ending_rows`), before the block's.
-
-        They read the previous frames' step types and the overwritten rows' weights first.
+        Host: assigned in place, []. Graph: the values of `restore_targets()`, which the buffer assigns with the rows.
         """
+        rebuilt = rebuild(step_types, weights, added, self._max_length, self._batch_size)
+        if self._graph:
+            return list(rebuilt)
+        assign(self.record, rebuilt)
+        return []
+
+    def reweighted(self, rows: Any, weights: Any) -> list[Any]:
+        """Moves distinct `rows`' weight to `weights` (`reweighted`), before the priorities change. Graph: the write."""
+        moved = reweighted(self._xp, self.record, rows, weights, self.row_columns(rows))
+        return [moved] if self._graph else []
+
+    # The graph's add kernel.
+
+    def _graph_written(self, added: tf.Tensor, new_types: tf.Tensor) -> list[Any]:
         record = self.record
         segments = _ring.TENSORFLOW.arange(self._batch_size)
         block = _ring.block_start(added, self._max_length, self._batch_size) + segments
@@ -295,12 +305,3 @@ class GraphRecord(_Record):
                 ),
                 record.last_end.assign(last_end, read_value=False),
             ]
-
-    def cleared(self) -> list[Any]:
-        """The writes that empty the record (a cleared buffer)."""
-        distance, near, last_end = self.record
-        return [
-            distance.assign(tf.zeros_like(distance), read_value=False),
-            near.assign(tf.zeros_like(near), read_value=False),
-            last_end.assign(tf.fill(tf.shape(last_end), tf.constant(-1, tf.int64)), read_value=False),
-        ]

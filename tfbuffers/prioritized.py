@@ -57,78 +57,125 @@ def extras(storage: Any, *, blocked: bool = False) -> tuple[Any, Any, Any]:
     )
 
 
-class HostPriorities:
-    """A py buffer's priorities and their sum tree: numpy extras of its storage, changed in place.
+class Priorities:
+    """A buffer's priorities and their sum tree: a part of its `PrioritizedSampler`, over extras of its storage.
 
-    The buffer calls it under its lock, in the same step as the rows and counter each call goes with. An
-    add sets its rows' leaves alone; their ancestors are recomputed once for all the adds since the last
-    draw or update (`tree()`), level by level from their children.
+    One interface for both execution modes, the sampler's events (`on_add`, `on_update`, `on_clear`,
+    `on_restore` with `restore_targets`) and the reads (`weights`, `tree`, `state`). On the host (numpy extras)
+    each event changes them in place under the buffer's lock and returns []; in the graph (variables) each
+    returns the ops, which the buffer runs in its writers' lock, in the same step as the rows and counter.
+
+    An add has one kernel per mode, measured. On the host it sets its rows' leaves alone; their ancestors are
+    recomputed once for all the adds since the last draw or update (`tree()`), level by level from their
+    children. In the graph the block's leaves and every ancestor change in three ops
+    (`tfbuffers._sum_tree.add_block_variable`, the tree kept blocked): one op per level costs more there.
     """
 
-    def __init__(self, storage: Any, batch_size: int, max_length: int, priority_exponent: float) -> None:
-        """Keeps the priorities in `storage` (a `tfbuffers.storage.Storage`) as extras (see `extras`)."""
+    def __init__(self, storage: Any, batch_size: int, max_length: int, priority_exponent: float, graph: bool) -> None:
+        """Keeps the priorities in `storage` (a `Storage`, or a `GraphStorage` when `graph`) as extras (`extras`)."""
         self.capacity = storage.num_rows
         self.priority_exponent = priority_exponent
-        self.values, self.largest, self._tree = extras(storage)
+        self.values, self.largest, self._tree = extras(storage, blocked=graph)
         self._batch_size = batch_size
-        # The first rows of the blocks added since the ancestors were last recomputed: at most a ring of them.
-        self._stale = np.zeros(max_length, np.int64)
-        self._stale_count = 0
-        self._largest_changed(float(self.largest))
-        _sum_tree.compiled()  # the tree's compiled loops loaded now, not in the first draw
+        self._graph = graph
+        if not graph:
+            # The first rows of the blocks added since the ancestors were last recomputed: at most a ring of them.
+            self._stale = np.zeros(max_length, np.int64)
+            self._stale_count = 0
+            self._largest_changed(float(self.largest))
+            _sum_tree.compiled()  # the tree's compiled loops loaded now, not in the first draw
 
-    def added(self, first_row: int) -> None:
-        """The block of `batch_size` rows from `first_row` was just written: its frames get the largest priority."""
-        rows = slice(first_row, first_row + self._batch_size)
+    def on_add(self, rows: Any) -> list[Any]:
+        """The block of `batch_size` `rows` (a slice on the host, int64 in the graph) gets the largest priority."""
+        if self._graph:
+            priorities = tf.fill([self._batch_size], self.largest.read_value())
+            stored = self.values.scatter_nd_update(rows[:, None], priorities)
+            weights = leaf_weights(priorities, self.priority_exponent)
+            # One op for all ancestors rather than one per level: adds are a driver loop's hot path.
+            return [stored, _sum_tree.add_block_variable(self._tree, self.capacity, rows, weights)]
         self.values[rows] = self._max_priority
         _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, self._max_weight)
         if self._stale_count == len(self._stale):  # a whole ring of stale blocks: recompute now, bounded work
             self._refresh()
-        self._stale[self._stale_count] = first_row
+        self._stale[self._stale_count] = rows.start
         self._stale_count += 1
+        return []
 
-    def update(self, rows: np.ndarray, priorities: np.ndarray, weights: np.ndarray) -> None:
+    def on_update(self, rows: Any, priorities: Any, weights: Any) -> list[Any]:
         """Sets the priorities of distinct `rows`, their leaf `weights` (`leaf_weights`) and the largest priority."""
+        if self._graph:
+            return [
+                self.values.scatter_nd_update(rows[:, None], priorities),
+                _sum_tree.update_variable(self._tree, self.capacity, rows, weights, distinct=True),
+                self.largest.assign(tf.maximum(self.largest, tf.reduce_max(tf.concat([priorities, [0.0]], 0)))),
+            ]
         self.values[rows] = priorities
         self._refresh()
         _sum_tree.update_numpy(self._tree, self.capacity, rows, weights, distinct=True)
         if priorities.size and priorities.max() > self._max_priority:
             self._largest_changed(float(priorities.max()))
+        return []
 
     def raise_largest(self, priority: float) -> None:
-        """New frames get `priority` if it is larger than the largest so far (buffers of several rings share it)."""
+        """Host: new frames get `priority` if it is larger than the largest so far (several rings share it)."""
         if priority > self._max_priority:
             self._largest_changed(priority)
 
-    def weights(self, rows: np.ndarray) -> np.ndarray:
+    def weights(self, rows: Any) -> Any:
         """The rows' weights in draws: their leaves in the tree."""
-        return self._tree[_sum_tree.leaf_count(self.capacity) + rows, _sum_tree.SUM]
+        leaves = _sum_tree.leaf_count(self.capacity) + rows
+        if self._graph:
+            return _sum_tree.TENSORFLOW.nodes(self._tree, leaves)[:, _sum_tree.SUM]
+        return self._tree[leaves, _sum_tree.SUM]
 
-    def tree(self) -> np.ndarray:
-        """The tree with every ancestor up to date (what the sampler draws from)."""
-        self._refresh()
+    def tree(self) -> Any:
+        """What the sampler draws from: the host's tree with every ancestor up to date, or the graph's variable."""
+        if not self._graph:
+            self._refresh()
         return self._tree
 
-    def cleared(self) -> None:
+    def on_clear(self) -> list[Any]:
         """No frame is stored: every priority and weight is 0, new frames get 1.0."""
+        if self._graph:
+            return [
+                self.values.assign(tf.zeros_like(self.values), read_value=False),
+                self._tree.assign(tf.zeros_like(self._tree), read_value=False),
+                self.largest.assign(tf.constant(1.0, tf.float64), read_value=False),
+            ]
         self.values[:] = 0.0
         self._tree[:] = 0.0
         self._stale_count = 0
         self._largest_changed(1.0)
+        return []
 
-    def state(self) -> dict[str, np.ndarray]:
-        """Copies of the state's extras: the priorities and the largest one."""
+    def state(self) -> dict[str, Any]:
+        """The state's extras, by name: the priorities and the largest one (host copies, graph variables)."""
+        if self._graph:
+            return {PRIORITY: self.values, MAX_PRIORITY: self.largest}
         return {PRIORITY: self.values.copy(), MAX_PRIORITY: self.largest.copy()}
 
-    def restore(self, extras: dict[str, np.ndarray]) -> None:
-        """Sets the priorities to a checked state's extras and rebuilds the tree from them."""
+    def restore_targets(self) -> list[Any]:
+        """Graph: the variables a restore assigns, as `on_restore` orders its values: priorities, largest, tree."""
+        return [self.values, self.largest, self._tree]
+
+    def on_restore(self, extras: dict[str, np.ndarray]) -> list[Any]:
+        """Sets the priorities to a checked state's `extras` and rebuilds the tree from them.
+
+        Host: in place, []. Graph: the values of `restore_targets()`, which the buffer assigns with the rows.
+        """
+        tree = _sum_tree.build(leaf_weights(extras[PRIORITY], self.priority_exponent), self.capacity)
+        if self._graph:
+            return [extras[PRIORITY], extras[MAX_PRIORITY], _sum_tree.blocked(tree, self.capacity)]
         np.copyto(self.values, extras[PRIORITY])
         self._stale_count = 0
-        np.copyto(self._tree, _sum_tree.build(leaf_weights(self.values, self.priority_exponent), self.capacity))
+        np.copyto(self._tree, tree)
         self._largest_changed(float(extras[MAX_PRIORITY]))
+        return []
 
     def close(self) -> None:
-        """Drops the arrays (the buffer's storage was closed)."""
+        """Lets the arrays or variables go (the buffer's storage was closed)."""
+        if self._graph:
+            self.largest = np.zeros(())
         self.values, self._tree = np.zeros(0), np.zeros([0, 2])
 
     def _refresh(self) -> None:
@@ -143,72 +190,6 @@ class HostPriorities:
         self.largest[...] = priority
         self._max_priority = priority
         self._max_weight = leaf_weights(np.float64(priority), self.priority_exponent)
-
-
-class GraphPriorities:
-    """A TF buffer's priorities and their sum tree: `tf.Variable` extras of its storage.
-
-    Each method returns the writes to make (ops), which the buffer runs inside its writers' lock, in the
-    same step as the rows and counter they go with. An add's block changes its leaves and every ancestor
-    in three ops (`tfbuffers._sum_tree.add_block_variable`).
-    """
-
-    def __init__(self, storage: Any, batch_size: int, priority_exponent: float) -> None:
-        """Keeps the priorities in `storage` (a `tfbuffers.storage.GraphStorage`) as extras (see `extras`)."""
-        self.capacity = storage.num_rows
-        self.priority_exponent = priority_exponent
-        self.values, self.largest, self.tree = extras(storage, blocked=True)
-        self._batch_size = batch_size
-
-    def added(self, rows: tf.Tensor) -> list[Any]:
-        """The writes that give the block of `batch_size` `rows` (int64) the largest priority."""
-        priorities = tf.fill([self._batch_size], self.largest.read_value())
-        stored = self.values.scatter_nd_update(rows[:, None], priorities)
-        weights = leaf_weights(priorities, self.priority_exponent)
-        # One op for all ancestors rather than one per level: adds are a driver loop's hot path.
-        return [stored, _sum_tree.add_block_variable(self.tree, self.capacity, rows, weights)]
-
-    def update(self, rows: tf.Tensor, priorities: tf.Tensor, weights: tf.Tensor) -> list[Any]:
-        """The writes that set the priorities of distinct `rows`, their leaf `weights` and the largest priority."""
-        return [
-            self.values.scatter_nd_update(rows[:, None], priorities),
-            _sum_tree.update_variable(self.tree, self.capacity, rows, weights, distinct=True),
-            self.largest.assign(tf.maximum(self.largest, tf.reduce_max(tf.concat([priorities, [0.0]], 0)))),
-        ]
-
-    def weights(self, rows: tf.Tensor) -> tf.Tensor:
-        """The rows' weights in draws: their leaves in the tree."""
-        return _sum_tree.TENSORFLOW.nodes(self.tree, _sum_tree.leaf_count(self.capacity) + rows)[:, _sum_tree.SUM]
-
-    def cleared(self) -> list[Any]:
-        """The writes of a clear: every priority and weight 0, new frames get 1.0."""
-        return [
-            self.values.assign(tf.zeros_like(self.values), read_value=False),
-            self.tree.assign(tf.zeros_like(self.tree), read_value=False),
-            self.largest.assign(tf.constant(1.0, tf.float64), read_value=False),
-        ]
-
-    def state(self) -> dict[str, tf.Variable]:
-        """The state's extras, by name: the variables of the priorities and the largest one."""
-        return {PRIORITY: self.values, MAX_PRIORITY: self.largest}
-
-    @property
-    def restore_targets(self) -> list[tf.Variable]:
-        """The variables a restore assigns (`restored` gives their values): priorities, the largest, the tree."""
-        return [self.values, self.largest, self.tree]
-
-    def restored(self, extras: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The values of `restore_targets` for a checked state's `extras`: the tree rebuilt from the priorities."""
-        weights = leaf_weights(extras[PRIORITY], self.priority_exponent)
-        return [
-            extras[PRIORITY],
-            extras[MAX_PRIORITY],
-            _sum_tree.blocked(_sum_tree.build(weights, self.capacity), self.capacity),
-        ]
-
-    def close(self) -> None:
-        """Lets the variables go (the buffer was closed)."""
-        del self.values, self.largest, self.tree
 
 
 def check_exponent(priority_exponent: Any) -> float:

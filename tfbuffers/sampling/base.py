@@ -122,10 +122,9 @@ class Sampler(abc.ABC):
         self.buffer_name = buffer_name
         self.batch_size = batch_size  # the ring's segments
         self.max_length = max_length  # rows per segment
-        self._episode_record: Any = None  # the adds' record of episode ends (`bind`): HostRecord or GraphRecord
+        self._episode_record: _episodes.EpisodeRecord | None = None  # the adds' record of episode ends (`bind`)
         self._step_field: int | None = None
         self._graph = False
-        self._cut: Any = None  # a host add's episode cuts, from `before_add` to `on_add`
 
     # The sampler's state and the events that change it. A buffer binds its sampler to its storage once, then
     # tells it of every add, clear, restore and priority update, in the same step as the rows and counter each
@@ -158,12 +157,8 @@ class Sampler(abc.ABC):
             return
         # Closures over the storage and the record, not the sampler: dropping the buffer frees them at once.
         self.step_types = lambda: storage.column(step_field)
-        if self._graph:
-            record: Any = _episodes.GraphRecord(storage, step_field, self.batch_size, self.max_length)
-            self.near = record.read
-        else:
-            record = _episodes.HostRecord(storage, step_field, self.batch_size, self.max_length)
-            self.near = lambda: record.record
+        record = _episodes.EpisodeRecord(storage, step_field, self.batch_size, self.max_length, self._graph)
+        self.near = record.read
         self._episode_record = record
 
     def before_add(self, added: Any, step_types: Any) -> list[Any]:
@@ -172,13 +167,7 @@ class Sampler(abc.ABC):
         What the add overwrites and the previous frames are read here. `step_types`: the add's step types
         (`[batch_size]`) with episode boundaries, else None. Graph: the writes, which the rows' write follows.
         """
-        record = self._episode_record
-        if record is None:
-            return []
-        if self._graph:
-            return record.written(added, step_types)
-        self._cut = record.cut_before(added, step_types)
-        return []
+        return [] if self._episode_record is None else self._episode_record.before_add(added, step_types)
 
     def on_add(self, added: Any, rows: Any) -> list[Any]:
         """Add number `added` writes its block of storage `rows` now, before the counter moves.
@@ -186,22 +175,15 @@ class Sampler(abc.ABC):
         `rows`: a `slice` on the host, an int64 `[batch_size]` tensor in the graph. Graph: the writes, made beside
         the rows'.
         """
-        if self._episode_record is not None and not self._graph:
-            self._episode_record.written(added, self._cut)
-        return []
+        return [] if self._episode_record is None else self._episode_record.on_add(added)
 
     def on_clear(self) -> list[Any]:
         """The buffer is cleared. Graph: the writes."""
-        if self._episode_record is None:
-            return []
-        if self._graph:
-            return self._episode_record.cleared()
-        self._episode_record.cleared()
-        return []
+        return [] if self._episode_record is None else self._episode_record.on_clear()
 
     def restore_targets(self) -> list[Any]:
         """Graph: the variables a restore assigns beside the rows, as `on_restore` orders its values."""
-        return [] if self._episode_record is None else list(self._episode_record.variables)
+        return [] if self._episode_record is None else self._episode_record.restore_targets()
 
     def on_restore(self, added: Any, step_types: Any, extras: dict[str, np.ndarray]) -> list[Any]:
         """The rows were replaced by a restore's (host), or are (graph): the state follows them.
@@ -216,11 +198,7 @@ class Sampler(abc.ABC):
         """
         if self._episode_record is None:
             return []
-        weights = self._restored_weights(extras)
-        if self._graph:
-            return list(self._episode_record.rebuilt(step_types, weights, added))
-        _episodes.assign(self._episode_record.record, self._episode_record.rebuilt(step_types, weights, added))
-        return []
+        return self._episode_record.on_restore(step_types, self._restored_weights(extras), added)
 
     def _restored_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
         """Every row's weight in draws after a restore of `extras` (1; a prioritized sampler's priorities')."""

@@ -8,7 +8,7 @@ buffers with it.
 from __future__ import annotations
 
 import functools
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -37,14 +37,13 @@ class PrioritizedSampler(Sampler):
     def __init__(self, buffer_name: str, batch_size: int, max_length: int, priority_exponent: float = 0.6) -> None:
         """As `Sampler`; draws are proportional to `priority ** priority_exponent` (alpha, checked).
 
-        Its state (`bind`): the priorities, the largest one and their sum tree, kept in the storage's extras
-        (`tfbuffers.priorities_lib.extras`) after the record of episode ends, as `HostPriorities` on the host or
-        `GraphPriorities` in the graph. `TFPrioritizedReplayBuffer` and `PyPrioritizedReplayBuffer` are the
-        uniform buffers with this sampler (`factory`).
+        Its state (`bind`): the priorities, the largest one and their sum tree (`tfbuffers.prioritized.Priorities`),
+        kept in the storage's extras after the record of episode ends. `TFPrioritizedReplayBuffer` and
+        `PyPrioritizedReplayBuffer` are the uniform buffers with this sampler (`factory`).
         """
         super().__init__(buffer_name, batch_size, max_length)
         self.priority_exponent = priorities_lib.check_exponent(priority_exponent)
-        self.priorities: Any = None
+        self.priorities: priorities_lib.Priorities | None = None
 
     @classmethod
     def factory(cls, priority_exponent: float) -> SamplerFactory:
@@ -55,42 +54,38 @@ class PrioritizedSampler(Sampler):
     def bind(self, storage: Any, backend: Backend, step_field: int | None) -> None:
         """See `Sampler.bind`; then the priorities, after the record of episode ends, which weighs rows by them."""
         super().bind(storage, backend, step_field)
-        if self._graph:
-            self.priorities = priorities_lib.GraphPriorities(storage, self.batch_size, self.priority_exponent)
-        else:
-            size = (self.batch_size, self.max_length)
-            self.priorities = priorities_lib.HostPriorities(storage, *size, self.priority_exponent)
+        size = (self.batch_size, self.max_length)
+        priorities = priorities_lib.Priorities(storage, *size, self.priority_exponent, graph=self._graph)
+        self.priorities = priorities
         if self._episode_record is not None:
-            self._episode_record.weights = cast(Any, self.priorities).weights
+            self._episode_record.weights = priorities.weights
 
     def _tree(self) -> Any:
         """The current sum tree: the host's with every ancestor up to date, or the graph's variable."""
-        return self.priorities.tree if self._graph else self.priorities.tree()
+        return self._priorities().tree()
+
+    def _priorities(self) -> priorities_lib.Priorities:
+        if self.priorities is None:
+            raise ValueError(f"sampler: {type(self).__name__} is not bound to a buffer's storage (bind)")
+        return self.priorities
 
     def on_add(self, added: Any, rows: Any) -> list[Any]:
         """See `Sampler.on_add`: the block's frames get the largest priority given so far."""
-        if self._graph:
-            return [*super().on_add(added, rows), *self.priorities.added(rows)]
         if self._episode_record is not None:  # the base class's part, inline: a py add's hot path
-            self._episode_record.written(added, self._cut)
-        self.priorities.added(rows.start)
-        return []
+            self._episode_record.on_add(added)  # host: written now; graph: written in before_add, []
+        return self._priorities().on_add(rows)
 
     def on_clear(self) -> list[Any]:
         """See `Sampler.on_clear`: every priority 0, new frames get 1.0."""
-        cleared = self.priorities.cleared()  # ops in the graph; None on the host, changed in place
-        return [*(cleared or []), *super().on_clear()]
+        return [*self._priorities().on_clear(), *super().on_clear()]
 
     def restore_targets(self) -> list[Any]:
         """See `Sampler.restore_targets`: the priorities, the largest one and the tree, then the record's."""
-        return [*self.priorities.restore_targets, *super().restore_targets()]
+        return [*self._priorities().restore_targets(), *super().restore_targets()]
 
     def on_restore(self, added: Any, step_types: Any, extras: dict[str, np.ndarray]) -> list[Any]:
         """See `Sampler.on_restore`: the priorities set, the tree rebuilt from them, then the record."""
-        if self._graph:
-            return [*self.priorities.restored(extras), *super().on_restore(added, step_types, extras)]
-        self.priorities.restore(extras)
-        return super().on_restore(added, step_types, extras)
+        return [*self._priorities().on_restore(extras), *super().on_restore(added, step_types, extras)]
 
     def _restored_weights(self, extras: dict[str, np.ndarray]) -> np.ndarray:
         return priorities_lib.leaf_weights(extras[priorities_lib.PRIORITY], self.priority_exponent)
@@ -98,18 +93,16 @@ class PrioritizedSampler(Sampler):
     def on_update_priorities(self, rows: Any, priorities: Any) -> list[Any]:
         """Sets the priorities of distinct `rows`, moving their weight in the record of episode ends first."""
         weights = priorities_lib.leaf_weights(priorities, self.priority_exponent)
+        # From the rows' old weights, read before the tree changes (host: moved now, []).
+        moved = [] if self._episode_record is None else self._episode_record.reweighted(rows, weights)
         if not self._graph:
-            if self._episode_record is not None:  # from the rows' old weights, read before the tree changes
-                self._episode_record.reweighted(rows, weights)
-            self.priorities.update(rows, priorities, weights)
-            return []
-        moved = [] if self._episode_record is None else [self._episode_record.reweighted(rows, weights)]
+            return self._priorities().on_update(rows, priorities, weights)
         with tf.control_dependencies(moved):
-            return [*moved, *self.priorities.update(rows, priorities, weights)]
+            return [*moved, *self._priorities().on_update(rows, priorities, weights)]
 
     def state_extras(self) -> dict[str, Any]:
         """See `Sampler.state_extras`: the priorities and the largest one (`tfbuffers.prioritized`)."""
-        return self.priorities.state()
+        return self._priorities().state()
 
     def state_template(self, template: Any) -> Any:
         """See `Sampler.state_template`: the prioritized format, the priorities as extras."""
@@ -133,11 +126,11 @@ class PrioritizedSampler(Sampler):
     @property
     def max_priority(self) -> float:
         """The priority new frames get: the largest given so far (1.0 after a clear). Host only."""
-        return float(self.priorities.largest)
+        return float(self._priorities().largest)
 
     def raise_max_priority(self, priority: float) -> None:
         """New frames get `priority` from now on if it is larger than `max_priority`. Host only."""
-        self.priorities.raise_largest(float(priority))
+        self._priorities().raise_largest(float(priority))
 
     def close(self) -> None:
         """See `Sampler.close`: the priorities let go too."""
