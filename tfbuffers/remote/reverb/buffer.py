@@ -190,7 +190,6 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         super().__init__(data_spec, capacity)
         self._sequence_length = sequence_length
         self._batch_size = batch_size
-        self._stride = stride
         self._table_name = table_name
         self._min_size = min_size_to_sample
         self._sampler = sampler
