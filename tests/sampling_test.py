@@ -113,3 +113,16 @@ def test_the_default_sampler_is_uniform_and_a_sampler_is_no_option_of_the_priori
     np.testing.assert_array_equal(info.probabilities, np.full([4], np.float32(1 / 3)))
     with pytest.raises(TypeError, match="sampler"):
         tfbuffers.PyPrioritizedReplayBuffer(SPEC, batch_size=3, max_length=5, sampler=NewestAdds)
+
+
+def test_a_prioritized_buffer_refuses_a_uniform_sampler_and_a_uniform_sampler_keeps_no_priorities():
+    # Two refusals no buffer reaches today (the presets pass a PrioritizedSampler; only they update priorities),
+    # kept for a caller that composes a buffer of its own.
+    expected = "sampler: expected a prioritized sampler for TFPrioritizedReplayBuffer, got UniformSampler"
+    with pytest.raises(ValueError) as raised:
+        sampling.make(sampling.UniformSampler, "TFPrioritizedReplayBuffer", 2, 4, prioritized=True)
+    assert str(raised.value) == expected
+    uniform = sampling.make(None, "PyUniformReplayBuffer", 2, 4)
+    with pytest.raises(ValueError) as raised:
+        uniform.on_update_priorities(np.array([0]), np.array([1.0]))
+    assert str(raised.value) == "sampler: UniformSampler draws without priorities: it keeps none to update"
