@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from tfbuffers import _ring, host, memmap, sampling, specs
 from tfbuffers import state as state_lib
-from tfbuffers._py_states import HostStates
 from tfbuffers._segmented import SegmentedReplayBuffer
+from tfbuffers._states import HostStates
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     optional_positive_int,
@@ -184,8 +184,14 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         self._backend = sampling.numpy_backend(self._rng)
         self._segments = np.arange(self._batch_size, dtype=np.int64)
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
-        parts = (weak_method(self._extras_locked), weak_method(self._check_open))
-        self._states = HostStates(self._table, self._lock, self._max_length, *parts)
+        self._states = HostStates(
+            self._table,
+            self._max_length,
+            weak_method(self._extras_locked),
+            lock=self._lock,
+            check_open=weak_method(self._check_open),
+            cleared=weak_method(self._sampler_cleared),
+        )
         # The sampler's state (the record of episode ends, priorities) in the storage's extras.
         self._bind_sampler(self._table, self._backend)
         self._built()
@@ -338,12 +344,11 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             return self._table.read(self._rows(ids))
 
     def _clear_value(self) -> np.int64:
-        with self._lock:
-            self._check_open()
-            with self._table.changing("clear"):
-                self._states.cleared_locked()
-                self._sampler.on_clear()
+        self._states.clear()
         return np.int64(0)
+
+    def _sampler_cleared(self) -> list[Any]:
+        return self._sampler.on_clear()
 
     def _nbytes(self) -> int:
         with self._lock:
@@ -359,9 +364,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         return self._states.snapshot()
 
     def _restore(self, added: int, arrays: list[Any], extras: dict[str, np.ndarray]) -> None:
-        with self._lock, self._table.changing("restore"):
-            self._states.replaced_locked(added, arrays)
-            self._sampler.on_restore(added, self._step_column(), extras)
+        self._states.restore(added, arrays, lambda: self._sampler.on_restore(added, self._step_column(), extras))
 
     def _extras_locked(self) -> dict[str, np.ndarray]:
         """Copies of the extra arrays of the state (see `state_template`): a prioritized buffer's priorities."""

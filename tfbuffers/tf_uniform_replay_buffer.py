@@ -16,8 +16,8 @@ from tfbuffers import storage as storage_lib
 from tfbuffers._graph_calls import GraphCalls
 from tfbuffers._graph_reads import GraphReads
 from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
+from tfbuffers._states import GraphStates
 from tfbuffers._tf_concurrency import Concurrency
-from tfbuffers._tf_states import GraphStates
 from tfbuffers.replay_buffer import BufferInfo, weak_method
 from tfbuffers.storage import GraphStorage, GraphStorageFactory
 
@@ -175,8 +175,16 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         calls = GraphCalls(concurrency.eager_lock)
         placement = (self._device, scope)
         # The buffer's methods held weakly: the parts it holds do not hold it (no reference cycle).
-        parts = (weak_method(self._extra_variables), weak_method(self._restored_variables))
-        states = GraphStates(table, concurrency, calls, self._max_length, placement, *parts)
+        states = GraphStates(
+            table,
+            self._max_length,
+            weak_method(self._extra_variables),
+            concurrency=concurrency,
+            calls=calls,
+            placement=placement,
+            restored=weak_method(self._restored_variables),
+            cleared=weak_method(self._sampler_cleared),
+        )
         reads = GraphReads(table, concurrency, self._sampler, (self._batch_size, self._max_length), placement)
         self._untracked(
             _table=table, _added=table.added, _concurrency=concurrency, _calls=calls, _states=states, _reads=reads
@@ -328,7 +336,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         column = None
         if self._episodes:  # the restored step types (a load wrote them to the variable)
             column = arrays[self._step_field] if arrays else self._table.column(self._step_field).numpy()
-        self._states.restore(added, [*arrays, *self._sampler.on_restore(added, column, extras)])
+        self._states.restore(added, arrays, lambda: self._sampler.on_restore(added, column, extras))
 
     def _restored_variables(self) -> list[tf.Variable]:
         """What a restore assigns beside the rows: the sampler's state (priorities, the record of episode ends)."""
@@ -346,22 +354,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         return self._reads.gather_all()
 
     def _clear(self) -> None:
-        if tf.executing_eagerly():
-            self._calls.locked(self._clear_tensor)
-        else:
-            self._clear_tensor()
+        self._states.clear()
 
-    def _clear_tensor(self) -> tf.Tensor:
-        with tf.device(self._device), tf.name_scope(self._scope):
-
-            def clear() -> tuple[list[Any], tf.Tensor]:
-                def reset() -> list[Any]:
-                    return [self._added.assign(0, read_value=False), *self._sampler.on_clear()]
-
-                effects = self._concurrency.rewrite(reset)
-                return effects, tf.constant(0, tf.int64)
-
-            return self._concurrency.exclusive([], clear, "clear")
+    def _sampler_cleared(self) -> list[Any]:
+        return self._sampler.on_clear()
 
     def _extra_variables(self) -> dict[str, tf.Variable]:
         """The state's extras (see `state_template`), by name: read with the rows by `state()`."""
