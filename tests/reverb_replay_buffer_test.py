@@ -275,6 +275,21 @@ def served_table(spec, sequence_length=2):
     return reverb.Server([make_table(spec, sequence_length, "tfbuffers", 100)])
 
 
+def test_a_dropped_buffer_stops_its_embedded_server_without_waiting_for_the_garbage_collector():
+    import gc
+
+    gc.disable()  # no reference cycle may hold the buffer (and its open port) until a collection
+    try:
+        buffer = ReverbReplayBuffer(SPEC, sequence_length=2)
+        port = int(buffer.server_address.rsplit(":", 1)[1])
+        buffer.add_batch(frames([0]))
+        assert port_open(port)
+        del buffer
+        assert not port_open(port)
+    finally:
+        gc.enable()
+
+
 def test_close_sends_the_items_written_since_the_last_flush():
     server = served_table(SPEC)
     try:

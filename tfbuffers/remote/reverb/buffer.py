@@ -27,7 +27,7 @@ from tfbuffers.remote.reverb.server import (
     table_signature,
 )
 from tfbuffers.remote.reverb.writers import EnvironmentWriters
-from tfbuffers.replay_buffer import BufferInfo, positive_int
+from tfbuffers.replay_buffer import BufferInfo, positive_int, weak_method
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
             sequence_length=sequence_length,
             stride=stride,
             step_type_index=paths.index("step_type") if hasattr(self._data_spec, "step_type") else None,
-            check_open=self._check_open,
+            check_open=weak_method(self._check_open),  # held weakly: dropping the buffer stops its server
         )
 
     @property
