@@ -298,6 +298,30 @@ class DictVariables(tfbuffers.storage.GraphStorage):
         return self.rows[self.fields[index].path].scatter_update(tf.IndexedSlices(flat, rows))
 
 
+NEWEST = 2
+
+
+class NewestAdds(tfbuffers.sampling.Sampler):
+    """A sampler written here: uniform over the windows that start in each segment's newest `NEWEST` adds.
+
+    Its draws say their mass (the windows' count), so the Ray buffer weighs its segments by it. sampling_test,
+    ray_replay_buffer_test and manager_test pass it as `sampler=` to each buffer that takes one.
+    """
+
+    keeps_episode_boundaries = False
+
+    def sample(self, backend: Any, added: Any, sample_batch_size: Any, num_steps: Any) -> Any:
+        shape = [] if sample_batch_size is None else [sample_batch_size]
+        first, windows, checks = self.stored_windows(backend, added, num_steps)
+        low = backend.ops.maximum(first, first + windows - NEWEST * self.batch_size)
+        count = first + windows - low
+        starts = backend.uniform_integers([*shape, 1], low, first + windows, checks)
+        ids = starts + backend.ops.arange(num_steps or 1, self.batch_size)
+        ids = ids if num_steps else ids[..., 0]
+        rows = ids % (self.max_length * self.batch_size)
+        return tfbuffers.sampling.Sample(ids, rows, backend.full_inverse(shape, count), mass=count)
+
+
 class KeptAddsUniform(tfbuffers.sampling.UniformSampler):
     """A sampler written here that keeps state: each storage row's add number, told by the buffer's events.
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import NewestAdds
 
 from tfbuffers.manager import (
     ALREADY_CHECKPOINTED,
@@ -172,6 +174,33 @@ def test_the_local_backend_samples_by_priority_when_asked_and_keeps_the_prioriti
         assert set(np.asarray(items["x"]).tolist()) == {2, 3}
         probabilities = dict(zip(np.asarray(items["x"]).tolist(), np.asarray(info.probabilities).tolist()))
         assert probabilities == {2: 0.75, 3: 0.25}  # the priorities the checkpoint kept, exactly
+
+
+@pytest.mark.parametrize("backend", [pytest.param("ray", id="ray", marks=pytest.mark.ray), "local"])
+def test_a_sampler_factory_samples_on_the_local_and_ray_backends_and_its_checkpoint_keeps_it(tmp_path, backend):
+    # sampler= takes what the local buffers take; the checkpoints record a factory by its import path.
+    if backend == "ray":
+        import ray
+
+        from tfbuffers.ray_replay_buffer import ensure_ray
+
+        ensure_ray()
+        ray.cloudpickle.register_pickle_by_value(conftest)  # the test's sampler, which Ray's workers cannot import
+    with manager(tmp_path / "replay", backend, sampler=NewestAdds) as first:
+        buffer, observer = first.create_replay_buffer()
+        assert buffer.sampler is NewestAdds if backend == "ray" else type(buffer.sampler) is NewestAdds
+        add(observer, range(6))
+        assert windows(first) == {(3, 4), (4, 5)}  # windows of 2 from the newest 2 adds that start one
+        first.checkpoint()
+    assert '"sampler": "conftest:NewestAdds"' in (tmp_path / "replay" / "tfbuffers_manager.json").read_text()
+    with manager(tmp_path / "replay", backend, sampler=NewestAdds) as second:
+        second.load_replay_buffer()
+        assert windows(second) == {(3, 4), (4, 5)}
+    with pytest.raises(ValueError, match="sampler: .*a Reverb table draws with Reverb's selectors"):
+        manager(tmp_path / "reverb", "reverb", sampler=NewestAdds)
+    with pytest.raises(ValueError, match="sampler: expected a name of .* importable by its name .* checkpoint"):
+        manager(tmp_path / "lambda", backend, sampler=lambda *args: NewestAdds(*args))
+    assert ReplayBufferManager(SPEC, 10, tmp_path / "default", sampler=NewestAdds).backend != "reverb"
 
 
 def test_without_reverb_or_ray_the_manager_is_local(tmp_path, monkeypatch):

@@ -14,10 +14,12 @@ import sys
 import threading
 import time
 
+import conftest
 import numpy as np
 import pytest
 import ray
 import tensorflow as tf
+from conftest import NewestAdds
 
 import tfbuffers
 from tfbuffers import PyUniformReplayBuffer, RayReplayBuffer, kinds
@@ -42,6 +44,7 @@ def cluster():
     ray_lib.ensure_ray()
     # The actors and tasks below run in Ray's workers, which cannot import this module by its name: by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(conftest)  # its sampler, NewestAdds
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()
@@ -204,6 +207,46 @@ def test_bad_arguments_are_refused_before_an_actor_starts():
         RayReplayBuffer(SPEC, capacity=4, timeout=0)
     with pytest.raises(ValueError, match="no buffer named 'absent'"):
         RayReplayBuffer.connect("absent")
+
+
+def test_a_sampler_factory_runs_in_the_actor_as_the_local_buffers_run_it(tmp_path):
+    """`sampler=` takes what the local buffers take: the factory is pickled to the actor, each segment draws by it."""
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=4, sampler=NewestAdds, seed=1, directory=tmp_path / "d")
+    local = PyUniformReplayBuffer(SPEC, batch_size=2, max_length=4, sampler=NewestAdds, seed=1)
+    assert buffer.sampler is NewestAdds and not buffer.prioritized
+    for t in range(6):
+        for target in (buffer, local):
+            target.add_batch(batch([t, 100 + t], 2))
+    items, info = buffer.get_next(sample_batch_size=200)
+    assert set(np.asarray(items["x"]).tolist()) == {4, 5, 104, 105}  # each segment's newest 2 adds only
+    np.testing.assert_array_equal(info.probabilities, np.full(200, 0.25))
+    _, local_info = local.get_next(sample_batch_size=1)
+    assert float(local_info.probabilities[0]) == 0.25
+    with pytest.raises(ValueError, match=r"update_priorities: the buffer samples uniformly \(sampler=<class"):
+        buffer.update_priorities([0], [1.0])
+    # The manifest records the factory by its import path: load and open sample by it again.
+    manifest = (tmp_path / "d" / "ray_buffer.json").read_text()
+    assert '"sampler": "conftest:NewestAdds"' in manifest
+    buffer.save(tmp_path / "saved")
+    kill(buffer.actor)
+    for again in (RayReplayBuffer.open(tmp_path / "d"), RayReplayBuffer.load(tmp_path / "saved")):
+        assert again.sampler is NewestAdds
+        items, _ = again.get_next(sample_batch_size=100)
+        assert set(np.asarray(items["x"]).tolist()) == {4, 5, 104, 105}
+        again.close()
+    # A factory importing would not give back cannot be recorded: refused before an actor starts.
+    with pytest.raises(ValueError, match="sampler: expected a name of .* importable by its name .* directory="):
+        RayReplayBuffer(SPEC, capacity=4, sampler=lambda *args: NewestAdds(*args), directory=tmp_path / "e")
+    assert not (tmp_path / "e").exists()
+    unrecorded = RayReplayBuffer(SPEC, capacity=4, sampler=lambda *args: NewestAdds(*args))  # no file: pickled
+    unrecorded.add_batch(batch([7], 1))
+    with pytest.raises(ValueError, match="sampler: expected a name of .* RayReplayBuffer.save"):
+        unrecorded.save(tmp_path / "f")
+    assert not (tmp_path / "f").exists()
+    assert np.asarray(unrecorded.get_next(sample_batch_size=3)[0]["x"]).tolist() == [7, 7, 7]  # unchanged
+    unrecorded.close()
+    with pytest.raises(ValueError, match="sampler: expected a sampler that draws without priorities"):
+        RayReplayBuffer(SPEC, capacity=4, sampler=tfbuffers.sampling.PrioritizedSampler)
 
 
 def test_prioritized_probabilities_are_one_buffers_across_segments():

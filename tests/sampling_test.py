@@ -5,28 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SPEC, batch, fill, make, to_numpy
+from conftest import SPEC, NewestAdds, batch, fill, make, to_numpy
 
 import tfbuffers
 from tfbuffers import sampling
-
-NEWEST = 2
-
-
-class NewestAdds(sampling.Sampler):
-    """Uniform over the windows that start in each segment's newest `NEWEST` adds (no episode boundaries)."""
-
-    keeps_episode_boundaries = False
-
-    def sample(self, backend, added, sample_batch_size, num_steps):
-        shape = [] if sample_batch_size is None else [sample_batch_size]
-        first, windows, checks = self.stored_windows(backend, added, num_steps)
-        low = backend.ops.maximum(first, first + windows - NEWEST * self.batch_size)
-        starts = backend.uniform_integers([*shape, 1], low, first + windows, checks)
-        ids = starts + backend.ops.arange(num_steps or 1, self.batch_size)
-        ids = ids if num_steps else ids[..., 0]
-        rows = ids % (self.max_length * self.batch_size)
-        return sampling.Sample(ids, rows, backend.full_inverse(shape, first + windows - low))
 
 
 @pytest.fixture(params=["tf", "py"])
@@ -83,15 +65,38 @@ def test_episode_boundaries_refuse_a_sampler_that_does_not_keep_them(name):
 
 
 @pytest.mark.parametrize(
-    ("sampler", "message"),
+    ("sampler", "error", "message"),
     [
-        ("newest", r"sampler: expected a callable \(buffer_name, batch_size, max_length\) -> .*Sampler, got str"),
-        (lambda *args: None, "sampler: expected a callable .*, got a factory that made NoneType"),
+        (
+            "newest",
+            ValueError,
+            r"sampler: expected one of \['uniform', 'prioritized'\] or a callable \(buffer_name, batch_size, "
+            r"max_length\) -> tfbuffers.sampling.Sampler, got 'newest'$",
+        ),
+        (3, TypeError, r"sampler: expected a callable \(buffer_name, batch_size, max_length\) -> .*, got int 3$"),
+        (lambda *args: None, TypeError, "sampler: expected a callable .*, got a factory that made NoneType"),
     ],
 )
-def test_a_wrong_sampler_is_refused_naming_it(name, sampler, message):
-    with pytest.raises(TypeError, match=message):
+def test_a_wrong_sampler_is_refused_naming_it(name, sampler, error, message):
+    with pytest.raises(error, match=message):
         make(name, batch_size=3, max_length=5, sampler=sampler)
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_the_buffers_take_the_samplers_by_name_as_the_remote_buffers_do(name, in_function):
+    buffer = make(name, batch_size=3, max_length=5, sampler="uniform")
+    assert type(buffer.sampler) is sampling.UniformSampler
+    fill(buffer, 2)
+    get_next = tf.function(buffer.get_next) if in_function else buffer.get_next
+    items, info = get_next(sample_batch_size=300)
+    assert set(to_numpy(items["step"]).tolist()) == {0, 1, 1000, 1001, 2000, 2001}
+    np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([300], np.float32(1 / 6)))
+    with pytest.raises(ValueError) as raised:  # a uniform buffer keeps no priorities: the presets do
+        make(name, batch_size=3, max_length=5, sampler="prioritized")
+    assert str(raised.value) == (
+        "sampler: expected a sampler that draws without priorities (a uniform buffer keeps none), got 'prioritized', "
+        "which is prioritized: use TFPrioritizedReplayBuffer or PyPrioritizedReplayBuffer"
+    )
 
 
 def test_a_uniform_buffer_refuses_a_prioritized_sampler(name):
@@ -126,3 +131,14 @@ def test_a_prioritized_buffer_refuses_a_uniform_sampler_and_a_uniform_sampler_ke
     with pytest.raises(ValueError) as raised:
         uniform.on_update_priorities(np.array([0]), np.array([1.0]))
     assert str(raised.value) == "sampler: UniformSampler draws without priorities: it keeps none to update"
+
+
+def test_a_reopened_directory_samples_with_the_sampler_it_is_given(tmp_path):
+    buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=3, max_length=5, sampler=NewestAdds, directory=tmp_path)
+    fill(buffer, 6)
+    buffer.close()
+    for sampler, adds in ((NewestAdds, {4, 5}), (None, {1, 2, 3, 4, 5})):  # a directory records no code
+        reopened = tfbuffers.PyUniformReplayBuffer.open(tmp_path, sampler=sampler, seed=0)
+        items, _ = reopened.get_next(sample_batch_size=300)
+        assert set((to_numpy(items["step"]) % 1000).tolist()) == adds
+        reopened.close()

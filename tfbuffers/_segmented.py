@@ -65,7 +65,7 @@ class SegmentedReplayBuffer(SegmentedStates):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         episode_boundaries: bool | str = False,
-        sampler: sampling.SamplerFactory | None = None,
+        sampler: sampling.SamplerFactory | str | None = None,
     ) -> None:
         batch_size = positive_int("batch_size", batch_size)
         max_length = positive_int("max_length", max_length)

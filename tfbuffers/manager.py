@@ -38,7 +38,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfbuffers import files, observers, prioritized, specs
-from tfbuffers.remote.options import check_sampler
+from tfbuffers.remote.options import check_sampler, recorded_sampler, sampler_record
 from tfbuffers.replay_buffer import ReplayBuffer, positive_int
 from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer
 
@@ -162,7 +162,7 @@ class ReplayBufferManager:
         sequence_length: int = 2,
         *,
         batch_size: int = 1,
-        sampler: str = "uniform",
+        sampler: Any = "uniform",
         priority_exponent: float = 0.6,
         stride: int = 1,
         keep_checkpoints: int = 3,
@@ -181,7 +181,10 @@ class ReplayBufferManager:
           sequence_length: Frames per item: the `num_steps` datasets sample.
           batch_size: Environments adding through the observer at once.
           sampler: "uniform" or "prioritized" (locally, a `TFUniformReplayBuffer` or a
-            `TFPrioritizedReplayBuffer` of `priority_exponent`).
+            `TFPrioritizedReplayBuffer` of `priority_exponent`), or, locally and on Ray, any `sampler=` the
+            local buffers take: a callable `(buffer_name, batch_size, max_length) -> Sampler`, importable by
+            its name (a module-level class or function: the checkpoints record it by its import path).
+            Reverb draws by name only: with a callable and no `backend`, the manager picks Ray or local.
           priority_exponent: Alpha, for the prioritized sampler.
           stride: Frames between consecutive items' starts (Reverb).
           keep_checkpoints: How many checkpoints `checkpoint()` keeps, newest first.
@@ -204,12 +207,11 @@ class ReplayBufferManager:
             "capacity": positive_int("capacity", capacity),
             "sequence_length": positive_int("sequence_length", sequence_length),
             "batch_size": positive_int("batch_size", batch_size),
-            "sampler": sampler,
+            "sampler": sampler_record(check_sampler(sampler), "ReplayBufferManager's checkpoint record"),
             "priority_exponent": prioritized.check_exponent(priority_exponent),
             "stride": positive_int("stride", stride),
             "table_name": table_name,
         }
-        check_sampler(sampler)
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
         self._records = _CheckpointRecords(self._directory)
@@ -220,8 +222,13 @@ class ReplayBufferManager:
                 raise ValueError(f"use_reverb={use_reverb} and backend={backend!r}: expected one of them")
             backend = "reverb" if use_reverb else "local"
         reasons = []
+        named = isinstance(sampler, str)
+        if not named and backend == "reverb":
+            check_sampler(sampler, callables=False)  # raises: Reverb's tables draw by name
         if backend is None:
-            for candidate, module in (("reverb", "reverb"), ("ray", "ray")):
+            if not named:
+                reasons.append("reverb: a Reverb table draws by name, and sampler= is a callable")
+            for candidate, module in (("reverb", "reverb"), ("ray", "ray"))[0 if named else 1 :]:
                 available, reason = _importable(module)
                 if available:
                     backend = candidate
@@ -234,7 +241,8 @@ class ReplayBufferManager:
                 raise ImportError(f"backend={backend!r}, but {backend} could not be imported ({reason})")
         self._ray_options = _ray_options(ray_options, backend)
         said = f" ({'; '.join(reasons)})" if reasons else ""
-        logger.warning(CHOSEN[backend].format(said=said, local=LOCAL_BUFFERS[sampler]))
+        local = LOCAL_BUFFERS[sampler] if named else "TFUniformReplayBuffer"
+        logger.warning(CHOSEN[backend].format(said=said, local=local))
         self._backend = backend
         self._use_reverb = backend == "reverb"
         self._buffer: ReplayBuffer | None = None
@@ -410,7 +418,7 @@ class ReplayBufferManager:
             self._data_spec,
             batch_size=config["batch_size"],
             max_length=-(-config["capacity"] // config["batch_size"]),
-            sampler=config["sampler"],
+            sampler=recorded_sampler(config["sampler"]),
             priority_exponent=config["priority_exponent"],
             **options,
         )
@@ -427,7 +435,8 @@ class ReplayBufferManager:
                 self._data_spec, config["batch_size"], max_length, priority_exponent=config["priority_exponent"]
             )
         else:
-            buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length)
+            sampler = recorded_sampler(config["sampler"])
+            buffer = TFUniformReplayBuffer(self._data_spec, config["batch_size"], max_length, sampler=sampler)
         if checkpoint is not None:
             files.load(self._records.checkpoint(f"{checkpoint}.safetensors"), buffer)
         return buffer

@@ -116,7 +116,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         episode_boundaries: bool | str = False,
         frame_stacks: str | Sequence[str] | Mapping[str, int] | None = None,
         storage: StorageFactory | None = None,
-        sampler: sampling.SamplerFactory | None = None,
+        sampler: sampling.SamplerFactory | str | None = None,
         directory: str | os.PathLike | None = None,
     ) -> None:
         """Creates the buffer and allocates its arrays.
@@ -145,8 +145,9 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             again to `load` (where it replaces the frame stacks a file records).
           sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
-            stored windows by default (`UniformSampler`). Files do not record it: pass it again
-            to `load`.
+            stored windows by default (`UniformSampler`, also by its name "uniform"; the names are
+            `tfbuffers.sampling.NAMES`, as the Ray buffer and the manager take them). Files do not
+            record it: pass it again to `load` and `open`.
           directory: Keep the rows, the counter and the extras in memory-mapped files under this
             directory (`tfbuffers.memmap`), new or empty: the buffer may be larger than RAM, and
             outlives the process (`flush()`, `close()`; reopened with `tfbuffers.open(directory)`).
@@ -211,7 +212,9 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             raise
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, *, seed: int | None = None) -> Any:
+    def open(
+        cls, directory: str | os.PathLike, *, seed: int | None = None, sampler: sampling.SamplerFactory | None = None
+    ) -> Any:
         """The buffer kept in `directory` (made with `directory=`), reopened for writing; see `tfbuffers.memmap`.
 
         Its class, data spec, sizes and options are read from the directory's header; its frames are not
@@ -223,6 +226,8 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         Args:
           directory: The buffer's directory.
           seed: Seed of the sampler's generator (not kept in the directory).
+          sampler: The `sampler=` the buffer was made with, if not the default (a directory records no
+            code, as a file does not: `load` takes it too). Its state is rebuilt as a restore's is.
 
         Raises:
           FileNotFoundError: If `directory` holds no buffer header.
@@ -234,9 +239,9 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         header = memmap.Header(directory)
         if header.buffer != cls.__name__:
             raise ValueError(OTHER_CLASS.format(header=header.path, expected=cls.__name__, received=header.buffer))
-        return cls(
-            header.data_spec, **header.arguments(), seed=seed, storage=memmap.MemmapStorage(directory, reopen=True)
-        )
+        options: dict[str, Any] = {} if sampler is None else {"sampler": sampler}
+        storage = memmap.MemmapStorage(directory, reopen=True)
+        return cls(header.data_spec, **header.arguments(), **options, seed=seed, storage=storage)
 
     @property
     def directory(self) -> Any:

@@ -99,7 +99,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         *,
         episode_boundaries: bool | str = False,
         wait_for_writers: bool = False,
-        sampler: sampling.SamplerFactory | None = None,
+        sampler: sampling.SamplerFactory | str | None = None,
         storage: GraphStorageFactory | None = None,
     ) -> None:
         """Creates the buffer and its variables.
@@ -138,8 +138,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             write inside graphs. Eager writers always take turns.
           sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
-            stored windows by default (`UniformSampler`). Files do not record it: pass it again
-            to `load`.
+            stored windows by default (`UniformSampler`, also by its name "uniform"; the names are
+            `tfbuffers.sampling.NAMES`, as the Ray buffer and the manager take them). Files do not
+            record it: pass it again to `load`.
           storage: Where the rows, the add counter and the extras live: `(fields, num_rows, device)
             -> tfbuffers.storage.GraphStorage` (a subclass, for example), called inside `device` and
             `scope`; one `tf.Variable` per field by default (`VariableStorage`). Files and

@@ -37,8 +37,8 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
 
     @property
     @abc.abstractmethod
-    def sampler(self) -> str:
-        """How the host draws: "uniform" or "prioritized"."""
+    def sampler(self) -> Any:
+        """How the host draws: "uniform", "prioritized" or (on Ray) the sampler factory it was given."""
 
     @property
     def prioritized(self) -> bool:
@@ -60,7 +60,7 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
         raise ValueError(self.NO_PASS)
 
     def _not_prioritized(self) -> str:
-        return self.NOT_PRIORITIZED
+        return self.NOT_PRIORITIZED.format(sampler=self.sampler)  # a message may name the sampler
 
     def _send_priorities(self, ids: Any, priorities: Any) -> Any:
         """`update_priorities`' exchange: an int eagerly; inside a graph an int64 scalar, when it runs.

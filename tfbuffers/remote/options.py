@@ -1,13 +1,19 @@
-"""The options the remote buffers and the manager take alike, checked alike: sampler names and rate limits."""
+"""The options the remote buffers and the manager take alike, checked alike: samplers and rate limits."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
 
-SAMPLERS = ("uniform", "prioritized")
-NOT_A_SAMPLER = "sampler: expected one of {expected}, got {received!r}"
+from tfbuffers import sampling
+
+SAMPLERS = sampling.NAMES
+NOT_RECORDABLE = (
+    "sampler: expected a name of {names} or a callable importable by its name (a module-level class or function), "
+    "since {where} records the sampler in a file; got {received}"
+)
 NOT_A_RATIO = "samples_per_insert: expected a finite number > 0 or None, got {received}"
 ERROR_BUFFER_TOO_SMALL = (
     "error_buffer: expected at least max(1.0, samples_per_insert) = {minimum:g} (smaller ones can block every "
@@ -15,15 +21,47 @@ ERROR_BUFFER_TOO_SMALL = (
 )
 
 
-def check_sampler(sampler: Any) -> str:
-    """`sampler` when it is one of `SAMPLERS`' names.
+def check_sampler(sampler: Any, *, callables: bool = True) -> Any:
+    """`sampler` when it is one of `SAMPLERS`' names or, with `callables`, a sampler factory as the local buffers take.
 
     Raises:
-      ValueError: Naming the argument, the names there are and what was received.
+      ValueError: Naming the argument, what it takes and what was received.
     """
-    if not isinstance(sampler, str) or sampler not in SAMPLERS:
-        raise ValueError(NOT_A_SAMPLER.format(expected=list(SAMPLERS), received=sampler))
-    return sampler
+    return sampling.check_choice(sampler, callables=callables)
+
+
+def sampler_record(sampler: Any, where: str) -> str:
+    """`sampler` as a file records it: its name, or a factory's import path `module:qualname` (`recorded_sampler`).
+
+    Raises:
+      ValueError: Naming `sampler` and `where` (what writes the file), if it is a factory that importing its
+        path would not give back (a lambda, a `functools.partial`, a class defined in a function).
+    """
+    if isinstance(sampler, str):
+        return sampler
+    path = f"{getattr(sampler, '__module__', None)}:{getattr(sampler, '__qualname__', None)}"
+    try:
+        found = recorded_sampler(path)
+    except (ImportError, AttributeError, ValueError):
+        found = None
+    if found is not sampler:
+        raise ValueError(NOT_RECORDABLE.format(names=list(SAMPLERS), where=where, received=repr(sampler)))
+    return path
+
+
+def recorded_sampler(record: str) -> Any:
+    """The sampler `sampler_record` wrote: the name, or the factory imported from its path."""
+    if record in SAMPLERS:
+        return record
+    module, _, qualname = record.partition(":")
+    if not module or not qualname or "<" in qualname:
+        raise ValueError(
+            f"sampler: expected a name of {list(SAMPLERS)} or an import path module:qualname, got {record!r}"
+        )
+    found: Any = importlib.import_module(module)
+    for name in qualname.split("."):
+        found = getattr(found, name)
+    return found
 
 
 def check_ratio(min_size: int, samples_per_insert: Any, error_buffer: Any) -> tuple[float, float] | None:

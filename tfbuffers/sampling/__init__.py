@@ -16,7 +16,9 @@ The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the ri
 
 `TFUniformReplayBuffer` and `PyUniformReplayBuffer` take any sampler: `sampler=` a callable
 `(buffer_name, batch_size, max_length) -> Sampler` (a `Sampler` subclass itself, for example; the
-default is `UniformSampler`). The prioritized buffers are the uniform ones with a `PrioritizedSampler`. A
+default is `UniformSampler`) or a name of `NAMES`. `RayReplayBuffer` and `ReplayBufferManager` take the same
+names and callables (Ray pickles a callable to its actor); `ReverbReplayBuffer` takes the names (a Reverb table
+draws with Reverb's selectors). The prioritized buffers are the uniform ones with a `PrioritizedSampler`. A
 sampler of the newest frames only, for example (docs/development.md goes through it):
 
 >>> import numpy as np, tensorflow as tf
@@ -67,7 +69,9 @@ from tfbuffers.sampling.uniform import UniformSampler
 
 __all__ = [
     "EMPTY",
+    "NAMES",
     "NOT_A_SAMPLER",
+    "NOT_A_CHOICE",
     "NOT_ENOUGH_FRAMES",
     "NO_EPISODES",
     "NO_EPISODE_WINDOW",
@@ -80,25 +84,68 @@ __all__ = [
     "Sampler",
     "SamplerFactory",
     "UniformSampler",
+    "check_choice",
     "make",
     "numpy_backend",
     "valid_window_starts",
 ]
 
 
+NAMES = ("uniform", "prioritized")
+"""The samplers every buffer takes by name: `UniformSampler` and `PrioritizedSampler` (the prioritized presets')."""
+
+
+NOT_A_CHOICE = "sampler: expected one of {expected}{or_callable}, got {received}"
+CALLABLE = " or a callable (buffer_name, batch_size, max_length) -> tfbuffers.sampling.Sampler"
+NAMES_ONLY = " (a Reverb table draws with Reverb's selectors, so it takes names only)"
+
+
+def check_choice(sampler: SamplerFactory | str, *, callables: bool = True) -> SamplerFactory | str:
+    """`sampler` if it names a sampler of `NAMES` or, with `callables`, is a callable (`make` calls it).
+
+    Raises:
+      ValueError: Naming `sampler`, what it takes (the names; a callable, with `callables`) and what was received.
+    """
+    if (
+        isinstance(sampler, str)
+        and sampler in NAMES
+        or callables
+        and callable(sampler)
+        and not isinstance(sampler, str)
+    ):
+        return sampler
+    or_callable = CALLABLE if callables else NAMES_ONLY if callable(sampler) else ""
+    received = (
+        repr(sampler) if isinstance(sampler, str) or callable(sampler) else f"{type(sampler).__name__} {sampler!r}"
+    )
+    raise ValueError(NOT_A_CHOICE.format(expected=list(NAMES), or_callable=or_callable, received=received))
+
+
 def make(
-    factory: SamplerFactory | None, buffer_name: str, batch_size: int, max_length: int, *, prioritized: bool = False
+    factory: SamplerFactory | str | None,
+    buffer_name: str,
+    batch_size: int,
+    max_length: int,
+    *,
+    prioritized: bool = False,
 ) -> Sampler:
-    """The sampler `factory` makes (a `UniformSampler` for None), checked; not yet bound (`Sampler.bind`).
+    """The sampler `factory` makes (a `UniformSampler` for None or "uniform"), checked; not bound (`Sampler.bind`).
+
+    `factory` may name a sampler of `NAMES`: "prioritized" is a `PrioritizedSampler`, which only the prioritized
+    buffers (`update_priorities`) take, with their `priority_exponent`.
 
     `prioritized`: made for a prioritized buffer (which has `update_priorities`): it must draw by priority.
 
     Raises:
       TypeError: Naming `sampler`, if `factory` is not callable or makes something else than a `Sampler`.
-      ValueError: Naming `sampler`, if it makes a prioritized one for a uniform buffer (which keeps no
-        priorities), or a uniform one for a prioritized buffer.
+      ValueError: Naming `sampler`, if it is a string not in `NAMES`, or makes a prioritized one for a uniform
+        buffer (which keeps no priorities), or a uniform one for a prioritized buffer.
     """
-    if factory is None:
+    if isinstance(factory, str):
+        check_choice(factory)
+        if factory == "prioritized" and not prioritized:
+            raise ValueError(PRIORITIZED_SAMPLER.format(sampler="'prioritized'"))
+    if factory is None or factory == "uniform":
         return UniformSampler(buffer_name, batch_size, max_length)
     sampler: Sampler = made(factory, (buffer_name, batch_size, max_length), Sampler, NOT_A_SAMPLER)
     if sampler.prioritized and not prioritized:

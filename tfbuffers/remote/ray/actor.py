@@ -75,16 +75,20 @@ class RayHost:
         self._limiter.inserts = self._size()
         self._share_largest()
         if config["directory"] is not None and (source is None or source[0] != "open"):
-            write_manifest(pathlib.Path(config["directory"]), config)
+            write_manifest(pathlib.Path(config["directory"]), config, config["sampler_record"])
 
     def _segment(self, s: int, source: list[str] | None) -> Any:
         config = self._config
         seed = None if config["seed"] is None else [config["seed"], s]
         directory = config["directory"]
         directory = None if directory is None else pathlib.Path(directory) / SEGMENT_DIRECTORY.format(s)
+        sampler = config["sampler"]
+        options: dict[str, Any] = {"seed": seed}
+        if sampler not in ("uniform", "prioritized"):  # a factory, as the local buffers take it
+            options["sampler"] = sampler
         if source is not None and source[0] == "open":
-            return self._class.open(directory, seed=seed)
-        options: dict[str, Any] = {"seed": seed, "directory": directory}
+            return self._class.open(directory, **options)
+        options["directory"] = directory
         if source is not None:  # "load": the segment's file, streamed into `directory` if there is one
             return self._class.load(pathlib.Path(source[1]) / f"{SEGMENT_DIRECTORY.format(s)}.tfb", **options)
         options.update(max_length=config["max_length"], episode_boundaries=config["episode_boundaries"])
@@ -339,15 +343,18 @@ class RayHost:
             for segment in self._segments:
                 segment.flush()
 
-    def save(self, path: str) -> str:
-        """Each segment's file under the directory `path`, and a manifest of the buffer's configuration."""
+    def save(self, path: str, sampler: str) -> str:
+        """Each segment's file under the directory `path`, and a manifest of the buffer's configuration.
+
+        `sampler`: the sampler as the manifest records it (`write_manifest`).
+        """
         with self._lock:
             self._check_open()
             directory = pathlib.Path(path)
             directory.mkdir(parents=True, exist_ok=True)
             for s, segment in enumerate(self._segments):
                 segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
-            write_manifest(directory, self._config)
+            write_manifest(directory, self._config, sampler)
             return str(directory)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tfbuffers import host, specs
 from tfbuffers.remote.base import RemoteReplayBuffer
+from tfbuffers.remote.options import sampler_record
 from tfbuffers.remote.ray.actor import started_actor
 from tfbuffers.remote.ray.cluster import NAMESPACE, call, ensure_ray, import_ray
 from tfbuffers.remote.ray.config import actor_config, check_timeout, found_actor
@@ -26,6 +27,7 @@ from tfbuffers.remote.ray.manifest import Source, read_manifest
 from tfbuffers.remote.ray.prefetch import PREFETCH_ITEMS, Prefetch, fetch_batches, split_samples
 from tfbuffers.remote.ray.writer import RayWriter
 from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
+from tfbuffers.sampling import SamplerFactory
 
 NO_PASS = (
     "single_deterministic_pass: not supported by RayReplayBuffer (its segments fill at their own pace); "
@@ -34,7 +36,7 @@ NO_PASS = (
 
 
 NOT_PRIORITIZED = (
-    "update_priorities: the buffer samples uniformly (sampler='uniform'); make it with sampler='prioritized'"
+    "update_priorities: the buffer samples uniformly (sampler={sampler!r}); make it with sampler='prioritized'"
 )
 
 
@@ -85,7 +87,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
         *,
         batch_size: int = 1,
         max_length: int | None = None,
-        sampler: str = "uniform",
+        sampler: SamplerFactory | str = "uniform",
         priority_exponent: float = 0.6,
         episode_boundaries: bool | str = False,
         frame_stacks: Any = None,
@@ -107,7 +109,11 @@ class RayReplayBuffer(RemoteReplayBuffer):
           batch_size: Segments: the leading dimension of `add_batch`, and how many environments
             writers can claim in all.
           max_length: Frames per segment; default `capacity // batch_size`.
-          sampler: "uniform" or "prioritized" (`update_priorities` sets priorities).
+          sampler: "uniform", "prioritized" (`update_priorities` sets priorities), or any `sampler=` the
+            local buffers take: a callable `(buffer_name, batch_size, max_length) -> Sampler`, pickled to the
+            actor, where each segment samples with its own (`tfbuffers.sampling`). The actor weighs the
+            segments by the sampler's `Sample.mass`. With `directory=` or `save`, the manifest records it by
+            its import path: a module-level class or function.
           priority_exponent: Alpha, for the prioritized sampler.
           episode_boundaries: As in `PyUniformReplayBuffer`: windows never cross an episode.
           frame_stacks: As in `PyUniformReplayBuffer`.
@@ -127,7 +133,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
           address: A Ray cluster to connect to, if this process is not connected yet.
           prefetch_items: About how many windows `as_dataset` fetches in one remote call (whole
             batches, at least one, at most `PREFETCH_BYTES` of them: `fetch_batches`); None:
-            `PREFETCH_ITEMS[sampler]`, 8192 uniform, 512 prioritized. The actor weighs and reads each
+            `PREFETCH_ITEMS`, 8192 (512 prioritized). The actor weighs and reads each
             segment once per call, so larger fetches sample faster; a fetched window is drawn from the
             buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
 
@@ -261,8 +267,8 @@ class RayReplayBuffer(RemoteReplayBuffer):
         return self._config["max_length"]
 
     @property
-    def sampler(self) -> str:
-        """The sampler: "uniform" or "prioritized"."""
+    def sampler(self) -> SamplerFactory | str:
+        """The sampler, as given: "uniform", "prioritized" or a callable making one."""
         return self._config["sampler"]
 
     @property
@@ -314,7 +320,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        items = self._prefetch_items or PREFETCH_ITEMS[self.sampler]
+        items = self._prefetch_items or PREFETCH_ITEMS["prioritized" if self.prioritized else "uniform"]
         batches = fetch_batches(self._fields, sample_batch_size, num_steps, items)
         fetch = Prefetch(self, (sample_batch_size, num_steps, batches, self._timeout))
 
@@ -359,8 +365,12 @@ class RayReplayBuffer(RemoteReplayBuffer):
         """Writes every segment's file (`tfbuffers.files`) and the buffer's configuration under the directory `path`.
 
         The actor writes them: `path` is on the actor's machine. `RayReplayBuffer.load(path)` reads them.
+
+        Raises:
+          ValueError: Naming `sampler`, before anything is written, if the manifest cannot record it (a lambda).
         """
-        return pathlib.Path(self._remote("save", str(pathlib.Path(path).absolute())))
+        sampler = self._config["sampler_record"] or sampler_record(self.sampler, "RayReplayBuffer.save")  # or raises
+        return pathlib.Path(self._remote("save", str(pathlib.Path(path).absolute()), sampler))
 
     def writer(self, num_envs: int) -> RayWriter:
         """Claims `num_envs` free segments for this process: a `RayWriter` adds to them alone.

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfbuffers import prioritized, specs
 from tfbuffers import state as state_lib
-from tfbuffers.remote.options import check_ratio, check_sampler
+from tfbuffers.remote.options import check_ratio, check_sampler, sampler_record
 from tfbuffers.remote.ray.cluster import NAMESPACE
 from tfbuffers.remote.ray.manifest import Source
 from tfbuffers.replay_buffer import optional_positive_int
@@ -37,7 +37,7 @@ def actor_config(
     *,
     batch_size: int,
     max_length: int | None,
-    sampler: str,
+    sampler: Any,
     priority_exponent: float,
     episode_boundaries: bool | str,
     frame_stacks: Any,
@@ -77,9 +77,22 @@ def actor_config(
         path = path.absolute()
         if path.exists() and any(path.iterdir()):
             raise ValueError(NOT_EMPTY.format(directory=str(path)))
+    # The manifest records the sampler: by name, or a factory by its import path, found here in the driver (a
+    # factory pickled to the actor or to another driver is a copy). None: not recordable, so no directory= or save.
+    try:
+        record = sampler_record(sampler, "directory=")
+    except ValueError:
+        if path is not None:
+            raise
+        record = None
     # The segments' options checked by a buffer of one frame in RAM: refused before an actor starts.
     probe = PyUniformReplayBuffer(
-        data_spec, batch_size=1, max_length=1, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks
+        data_spec,
+        batch_size=1,
+        max_length=1,
+        sampler=None if sampler == "prioritized" else sampler,
+        episode_boundaries=episode_boundaries,
+        frame_stacks=frame_stacks,
     )
     probe.close()
     return {
@@ -87,6 +100,7 @@ def actor_config(
         "batch_size": batch_size,
         "max_length": max_length,
         "sampler": sampler,
+        "sampler_record": record,
         "priority_exponent": priority_exponent,
         "episode_boundaries": episode_boundaries,
         "frame_stacks": frame_stacks,

@@ -8,6 +8,7 @@ import pathlib
 from typing import Any, NamedTuple
 
 from tfbuffers import specs
+from tfbuffers.remote.options import recorded_sampler
 
 MANIFEST = "ray_buffer.json"
 
@@ -26,10 +27,15 @@ class Source(NamedTuple):
     directory: pathlib.Path | None  # where the segments are memory-mapped
 
 
-def write_manifest(directory: pathlib.Path, config: dict[str, Any]) -> None:
-    """`ray_buffer.json` under `directory`: the buffer's configuration, for `load` and `open`."""
-    manifest = {key: value for key, value in config.items() if key not in ("data_spec", "directory", "source")}
-    manifest.update(format=MANIFEST_FORMAT, spec=specs.spec_to_json(config["data_spec"]))
+def write_manifest(directory: pathlib.Path, config: dict[str, Any], sampler: str) -> None:
+    """`ray_buffer.json` under `directory`: the buffer's configuration, for `load` and `open`.
+
+    `sampler` is the sampler as `tfbuffers.remote.options.sampler_record` records it, made by the driver (which
+    can import a factory by its name; the actor may hold a copy pickled by value).
+    """
+    skipped = ("data_spec", "directory", "source", "sampler_record")
+    manifest = {key: value for key, value in config.items() if key not in skipped}
+    manifest.update(format=MANIFEST_FORMAT, spec=specs.spec_to_json(config["data_spec"]), sampler=sampler)
     directory.mkdir(parents=True, exist_ok=True)
     temporary = directory / f".{MANIFEST}.{os.getpid()}"
     temporary.write_text(json.dumps(manifest, indent=1))
@@ -52,7 +58,7 @@ def _arguments(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "batch_size": manifest["batch_size"],
         "max_length": manifest["max_length"],
-        "sampler": manifest["sampler"],
+        "sampler": recorded_sampler(manifest["sampler"]),
         "priority_exponent": manifest["priority_exponent"],
         "episode_boundaries": manifest["episode_boundaries"],
         "frame_stacks": manifest["frame_stacks"],

@@ -143,7 +143,8 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
           table_name: The table's name.
           sampler: "uniform" (Reverb's `Uniform`) or "prioritized" (`Prioritized`: items
             drawn with probability proportional to `priority ** priority_exponent`; see
-            `update_priorities`).
+            `update_priorities`). The table draws with Reverb's selectors, so it takes the names only,
+            not the sampler callables the local and Ray buffers take.
           priority_exponent: Alpha, for the prioritized sampler.
           min_size_to_sample: Items the table must hold before it can be sampled.
           samples_per_insert: None for Reverb's `MinSize` rate limiter (sampling never
@@ -175,7 +176,7 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         capacity = positive_int("capacity", capacity)
         stride = positive_int("stride", stride)
         min_size_to_sample = positive_int("min_size_to_sample", min_size_to_sample)
-        sampler = check_sampler(sampler)
+        sampler = check_sampler(sampler, callables=False)
         priority_exponent = prioritized.check_exponent(priority_exponent)
         rate_limiter = make_rate_limiter(min_size_to_sample, samples_per_insert, error_buffer)
         if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
