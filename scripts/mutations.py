@@ -98,7 +98,7 @@ MUTATIONS = (
         id="torn-read-undetected",
         description="TF seqlock check: a read begun during a rewrite (odd generation: clear, restore, priority "
         "update) counts as whole and is not read again; slow concurrency_test only: runs its test",
-        file="tfbuffers/_tf_concurrency.py",
+        file="tfbuffers/execution/_tf_concurrency.py",
         old="unchanged = tf.equal(self.generation.read_value() + generation % 2, generation)",
         new="unchanged = tf.equal(self.generation.read_value(), generation)",
         catches="tests/concurrency_test.py::test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again"
@@ -111,7 +111,7 @@ MUTATIONS = (
         id="priority-update-skips-newest",
         description="prioritized.stored_updates: the newest add's frames count as overwritten, so update_priorities "
         "leaves their priorities and sum-tree leaves unchanged",
-        file="tfbuffers/prioritized.py",
+        file="tfbuffers/sampling/priorities.py",
         old="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added)",
         new="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added - 1)",
         catches="tests/storage_test.py::test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage"
@@ -134,7 +134,7 @@ MUTATIONS = (
         id="memmap-journal-unmarked",
         description="memmap write_block: the overwritten rows are copied to the journal but it is never marked "
         "(JOURNAL_ADD stays -1), so an add cut short by a kill is not undone on open",
-        file="tfbuffers/memmap.py",
+        file="tfbuffers/storage/memmap.py",
         old="state[JOURNAL_ADD] = state[ADDED]",
         new="state[JOURNAL_ADD] = -1",
         catches="tests/memmap_test.py::test_an_add_cut_short_is_undone_from_the_journal[ring full] (the reopened "

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import tfbuffers
 from tfbuffers import testing as stress
-from tfbuffers._tf_concurrency import CONCURRENT_WRITERS, READ_BUSY, WAITED_TOO_LONG
+from tfbuffers.execution._tf_concurrency import CONCURRENT_WRITERS, READ_BUSY, WAITED_TOO_LONG
 
 SECONDS = 2.0
 # The runs that must catch a tear stop at the first one (within a second or two on an idle machine); on a loaded
@@ -89,7 +89,7 @@ def test_the_stress_run_catches_a_torn_dataset_element(monkeypatch):
 def test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again(monkeypatch, kind):
     # A rewrite that never ends (the generation left odd) tears every read: get_next gives up after
     # READ_ATTEMPTS reads, a dataset after READ_ATTEMPTS dropped elements in a row.
-    monkeypatch.setattr(tfbuffers._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
     buffer = make(kind, max_length=4)
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     dataset = buffer.as_dataset(2, 1)
@@ -116,7 +116,7 @@ def test_a_prioritized_draw_of_a_row_an_add_is_still_writing_is_read_again(monke
     # Caught there, a ring not yet full has a row that sampling by priority can draw and that the counter does
     # not count: its fields may be half written. Every such read is torn, so reads give up (READ_BUSY); once
     # the add's counter moves, they read the whole row.
-    monkeypatch.setattr(tfbuffers._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
     buffer = make("tf_prioritized", max_length=4)
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     buffer.update_priorities(tf.constant([0, 1, 2], tf.int64), tf.constant([1e-9] * 3))  # the next rows dominate
@@ -217,7 +217,7 @@ def test_a_second_graph_writer_waits_its_turn_then_writes():
 
 @pytest.mark.parametrize("waits", [False, True], ids=["refused at once (default)", "waited past its limit"])
 def test_a_graph_writer_that_cannot_take_the_lock_raises_and_stores_nothing(monkeypatch, waits):
-    monkeypatch.setattr(tfbuffers._tf_concurrency, "WRITE_WAIT_SECONDS", 0.2)  # read when the graph is traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "WRITE_WAIT_SECONDS", 0.2)  # read when the graph is traced
     buffer = waiting() if waits else make("tf", max_length=5)
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     holder, release = hold_the_writers_lock(buffer)

@@ -388,7 +388,7 @@ class FlushingReverbReplayBuffer(tfbuffers.ReverbReplayBuffer):
 
     Reverb's writers send items when they flush (at an episode's end, `flush()`, `close()`); the contract
     samples right after adding, as a program does once it flushed. Eagerly and inside `tf.function` alike:
-    a graph's add runs the eager one when the graph runs (`tfbuffers.host`).
+    a graph's add runs the eager one when the graph runs (`tfbuffers.execution.host`).
     """
 
     def _add_batch(self, leaves: Any, deferred: Any) -> Any:

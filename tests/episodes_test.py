@@ -225,7 +225,7 @@ def test_the_option_survives_a_file(tmp_path, kind):
     assert {tuple(w) for w in np.asarray(items["code"]).tolist()} == {(0, 1), (2, 3), (3, 4)}
 
 
-# The adds' record of episode ends (tfbuffers._episodes) and the draws made with it.
+# The adds' record of episode ends (tfbuffers.sampling._episodes) and the draws made with it.
 
 
 def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -234,8 +234,8 @@ def reference_record(buffer, types_by_segment: list[list[int]]) -> tuple[np.ndar
     Each row's distance to its episode's last frame (0: farther than NEAR, or the episode has not ended), the
     rows' weights summed by distance, and each segment's newest episode end.
     """
-    from tfbuffers import _episodes
     from tfbuffers.prioritized import leaf_weights
+    from tfbuffers.sampling import _episodes
 
     inner = underlying(buffer)
     batch_size, max_length = inner.batch_size, inner.max_length

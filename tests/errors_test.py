@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import _graph_calls
+from tfbuffers.execution import _graph_calls
 
 SPEC = {"x": tf.TensorSpec([], tf.int64)}
 PAIRS = [

@@ -10,7 +10,7 @@ from tf_agents.trajectories import policy_step, trajectory
 from tf_agents.trajectories import time_step as ts
 
 import tfbuffers
-from tfbuffers import frames as frames_lib
+from tfbuffers.storage import frames as frames_lib
 
 DEPTH, SIDE = 4, 6
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfbuffers import host
+from tfbuffers.execution import host
 from tfbuffers.specs import flatten_spec
 
 FIELDS = flatten_spec({"n": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)})  # in this order

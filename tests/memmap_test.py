@@ -1,4 +1,4 @@
-"""Memory-mapped storage (`directory=`, `tfbuffers.open`, `tfbuffers.memmap`): exactly the buffer in RAM, on the disk.
+"""Memory-mapped storage (`directory=`, `tfbuffers.open`, `storage.memmap`): exactly the buffer in RAM, on the disk.
 
 The contract, error, state, files and concurrency suites run on it through the `py_memmap` kind of the test
 registry (`conftest.BUFFER_KINDS`). Here: the kinds with extras (priorities, episode ends, frame stacks) against
@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import memmap
+from tfbuffers.storage import memmap
 
 SPEC = {
     "obs": tf.TensorSpec([3], tf.float32),
@@ -196,7 +196,7 @@ def test_one_writer_a_second_is_refused_naming_the_directory_and_process(tmp_pat
         import sys, tfbuffers
         try:
             tfbuffers.open(sys.argv[1])
-        except tfbuffers.memmap.DirectoryInUseError as error:
+        except tfbuffers.storage.memmap.DirectoryInUseError as error:
             print(error)
     """
     assert f"{directory} is held by process {os.getpid()};" in _run(script, str(directory))

@@ -157,7 +157,7 @@ def test_the_core_wheel_alone_imports_and_runs_a_tf_and_a_py_buffer(built, tmp_p
                   bool(np.all(windows[:, 1] - windows[:, 0] == 1)))
             path = buffer.save({str(tmp_path)!r} + "/" + kind.__name__ + ".safetensors")
             print("loaded", np.asarray(tfbuffers.load(path).gather_all()["step"]).tolist())
-        from tfbuffers import _sum_tree
+        from tfbuffers.sampling import _sum_tree
         buffer = tfbuffers.PyPrioritizedReplayBuffer(spec, batch_size=1, max_length=4, priority_exponent=1.0)
         for step in range(4):
             buffer.add_batch({{"step": np.array([step])}})

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfbuffers import _sum_tree as st
-from tfbuffers import _tree_kernels
+from tfbuffers.sampling import _sum_tree as st
+from tfbuffers.sampling import _tree_kernels
 
 
 @pytest.fixture(params=["compiled", "steps"])
@@ -384,7 +384,7 @@ def test_many_leaves_recomputed_at_once_give_the_built_tree(numpy_path):
 def test_numba_is_used_unless_switched_off():
     # numba is a dependency: its loops load. TFBUFFERS_NUMBA=0 gives the numpy steps (what users get where
     # numba does not import), and the buffers draw the same way through either.
-    probe = "from tfbuffers import _sum_tree; print(_sum_tree.compiled() is not None)"
+    probe = "from tfbuffers.sampling import _sum_tree; print(_sum_tree.compiled() is not None)"
     outputs = [
         subprocess.run(
             [sys.executable, "-c", probe],

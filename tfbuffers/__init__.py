@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from tfbuffers._noise import quiet_start_up
 
 if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is imported when first used
-    from tfbuffers.frames import FrameBuffer
     from tfbuffers.her import her_dataset, relabel_windows
     from tfbuffers.manager import ReplayBufferManager
     from tfbuffers.n_step import n_step_dataset, n_step_transitions
@@ -35,6 +34,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is 
     from tfbuffers.replay_buffer import BufferInfo, ReplayBuffer
     from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer
     from tfbuffers.state import BufferState
+    from tfbuffers.storage.frames import FrameBuffer
     from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
     from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is 
 _HOMES = {
     "BufferInfo": "tfbuffers.replay_buffer",
     "BufferState": "tfbuffers.state",
-    "FrameBuffer": "tfbuffers.frames",
+    "FrameBuffer": "tfbuffers.storage.frames",
     "PyHashedReplayBuffer": "tfbuffers.py_hashed_replay_buffer",
     "PyPrioritizedReplayBuffer": "tfbuffers.py_prioritized_replay_buffer",
     "PyUniformReplayBuffer": "tfbuffers.py_uniform_replay_buffer",
@@ -99,15 +99,16 @@ def load(path: str | os.PathLike, *, progress: bool | None = None, **overrides: 
 def open(directory: str | os.PathLike, *, seed: int | None = None) -> Any:  # noqa: A001 (as io.open, for a directory)
     """The py buffer kept in `directory` (made with `directory=`), of the class its header names, reopened.
 
-    See `PyUniformReplayBuffer.open` and `tfbuffers.memmap` for what it holds after a crash.
+    See `PyUniformReplayBuffer.open` and `tfbuffers.storage.memmap` for what it holds after a crash.
 
     Raises:
       FileNotFoundError: If `directory` holds no buffer header.
       ValueError: Naming the file and what differs, if the header is of another version or names a
         class that is not a py buffer, or a file does not match it.
-      tfbuffers.memmap.DirectoryInUseError: If another process holds it open, naming that process.
+      tfbuffers.storage.memmap.DirectoryInUseError: If another process holds it open, naming that process.
     """
-    from tfbuffers import kinds, memmap
+    from tfbuffers import kinds
+    from tfbuffers.storage import memmap
 
     header = memmap.Header(directory)
     kind = kinds.BY_CLASS.get(header.buffer)

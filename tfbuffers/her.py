@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers._episodes import FIRST, LAST
 from tfbuffers.n_step import TRAJECTORY_FIELDS
 from tfbuffers.replay_buffer import BufferInfo
+from tfbuffers.sampling._episodes import FIRST, LAST
 
 STRATEGIES = ("future", "final", "episode")
 """The relabeling strategies (see the module docstring)."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfbuffers._episodes import FIRST, LAST
+from tfbuffers.sampling._episodes import FIRST, LAST
 
 TRAJECTORY_FIELDS = ("step_type", "observation", "action", "policy_info", "next_step_type", "reward", "discount")
 NOT_A_TRAJECTORY = "trajectory: expected a tf_agents Trajectory of windows [..., n + 1, ...], got {received}"

@@ -35,7 +35,7 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
     and `as_dataset` return `(items, BufferInfo)`, ...).
 
     It takes no `directory=`: its frame pool is in RAM. For a buffer on the disk, use
-    `PyUniformReplayBuffer(..., directory=...)` (`tfbuffers.memmap`).
+    `PyUniformReplayBuffer(..., directory=...)` (`tfbuffers.storage.memmap`).
 
     Sampling it while it is empty returns items, as TF-Agents' does (code that
     builds its dataset iterator before the first add keeps working), but zeros

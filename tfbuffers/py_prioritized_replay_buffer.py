@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host, prioritized, sampling
+from tfbuffers import prioritized, sampling
 from tfbuffers._arguments import explained
+from tfbuffers.execution import host
 from tfbuffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tfbuffers.storage import StorageFactory
 
@@ -23,7 +24,7 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
     new frames get the largest priority given so far), with exact
     `BufferInfo.probabilities`.
 
-    The priorities live in a sum tree beside the rows (`tfbuffers._sum_tree`): a
+    The priorities live in a sum tree beside the rows (`tfbuffers.sampling._sum_tree`): a
     sample of `n` windows and an update of `n` priorities each visit `n *
     log2(capacity)` nodes, in one call of a loop compiled by numba (or, where numba
     does not import, in `log2(capacity)` vectorised numpy steps). Everything else is the uniform

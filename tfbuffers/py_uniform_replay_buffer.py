@@ -10,17 +10,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, host, memmap, sampling, specs
+from tfbuffers import _ring, sampling, specs
 from tfbuffers import state as state_lib
-from tfbuffers._segmented import SegmentedReplayBuffer
-from tfbuffers._states import HostStates
+from tfbuffers.buffers._segmented import SegmentedReplayBuffer
+from tfbuffers.execution import host
+from tfbuffers.execution._states import HostStates
 from tfbuffers.replay_buffer import (
     FRAMES_GONE,
     optional_positive_int,
     positive_int,
     weak_method,
 )
-from tfbuffers.storage import Storage, StorageFactory
+from tfbuffers.storage import Storage, StorageFactory, memmap
 from tfbuffers.storage import make as make_storage
 
 _OPS = _ring.NUMPY
@@ -132,14 +133,14 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
           stateful_dataset: Accepted for TF-Agents compatibility; ignored.
           episode_boundaries: As in `TFUniformReplayBuffer`.
           frame_stacks: Fields of stacked frames (Atari's `uint8[84, 84, 4]`) to store
-            each distinct frame of once (`tfbuffers.frames`): a nest path (stacked
+            each distinct frame of once (`tfbuffers.storage.frames`): a nest path (stacked
             along the last axis), a list of paths, or a dict of path to stacking axis.
             Samples, `gather_all`, states, checkpoints and files are exactly those of
             the plain buffer on the same adds; a stacked observation then takes about
             one frame of memory instead of `depth` (plus 8 bytes per frame of each row).
             Frames are matched by their bytes, never by hash alone.
           storage: Where the rows live: `(fields, num_rows) -> tfbuffers.storage.Storage`
-            (a `Storage` subclass, or `tfbuffers.memmap.MemmapStorage(directory)`, for example);
+            (a `Storage` subclass, or `tfbuffers.storage.memmap.MemmapStorage(directory)`, for example);
             numpy arrays in RAM by default. Not with `frame_stacks`, which is a storage of its own
             (but for memory-mapped files, which keep stacks whole). Files do not record it: pass it
             again to `load` (where it replaces the frame stacks a file records).
@@ -149,10 +150,10 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             `tfbuffers.sampling.NAMES`, as the Ray buffer and the manager take them). Files do not
             record it: pass it again to `load` and `open`.
           directory: Keep the rows, the counter and the extras in memory-mapped files under this
-            directory (`tfbuffers.memmap`), new or empty: the buffer may be larger than RAM, and
+            directory (`tfbuffers.storage.memmap`), new or empty: the buffer may be larger than RAM, and
             outlives the process (`flush()`, `close()`; reopened with `tfbuffers.open(directory)`).
             Samples, probabilities and `gather_all` are exactly those of the buffer in RAM. The
-            shorthand of `storage=tfbuffers.memmap.MemmapStorage(directory)`, so not with `storage`;
+            shorthand of `storage=tfbuffers.storage.memmap.MemmapStorage(directory)`, so not with `storage`;
             with `frame_stacks`, stacks are stored whole on the disk (the option is kept for files
             and reopening).
 
@@ -215,7 +216,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
     def open(
         cls, directory: str | os.PathLike, *, seed: int | None = None, sampler: sampling.SamplerFactory | None = None
     ) -> Any:
-        """The buffer kept in `directory` (made with `directory=`), reopened for writing; see `tfbuffers.memmap`.
+        """The buffer kept in `directory` (made with `directory=`), reopened for writing (`storage.memmap`).
 
         Its class, data spec, sizes and options are read from the directory's header; its frames are not
         read (the kernel maps them as they are sampled). What is derived from them is rebuilt: a
@@ -234,7 +235,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
           ValueError: Naming the file and what differs, if the header is of another version or
             class, or a file does not match it; naming the directory, if a restore into it was cut
             short. Nothing is changed on the disk then.
-          tfbuffers.memmap.DirectoryInUseError: If another process holds it open, naming that process.
+          tfbuffers.storage.memmap.DirectoryInUseError: If another process holds it open, naming that process.
         """
         header = memmap.Header(directory)
         if header.buffer != cls.__name__:
@@ -275,7 +276,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             self._table.write_block(first_row, arrays)
             if sampler.watches_adds:
                 sampler.on_add(added, slice(first_row, first_row + self._batch_size))
-            self._table.added = added + 1  # last: the add's commit (tfbuffers.memmap)
+            self._table.added = added + 1  # last: the add's commit (tfbuffers.storage.memmap)
             self._stored_locked(added)
         return added * self._batch_size + self._segments
 

@@ -24,7 +24,7 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
     are the probabilities of the draws (see Threads below).
 
     The priorities live in a sum tree of `tf.Variable`s beside the rows
-    (`tfbuffers._sum_tree`): a sample of `n` windows and an update of `n`
+    (`tfbuffers.sampling._sum_tree`): a sample of `n` windows and an update of `n`
     priorities each cost `log2(capacity)` vectorised steps, no loop per sample,
     inside `tf.function`, `tf.while_loop` and `tf.data` alike. Everything else is
     the uniform buffer's: `add_batch`, `gather_all`, `clear`, the deterministic

@@ -10,14 +10,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _datasets, _ring, sampling, specs
+from tfbuffers import _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers import storage as storage_lib
-from tfbuffers._graph_calls import GraphCalls
-from tfbuffers._graph_reads import GraphReads
-from tfbuffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
-from tfbuffers._states import GraphStates
-from tfbuffers._tf_concurrency import Concurrency
+from tfbuffers.buffers import _datasets
+from tfbuffers.buffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
+from tfbuffers.execution._graph_calls import GraphCalls
+from tfbuffers.execution._graph_reads import GraphReads
+from tfbuffers.execution._states import GraphStates
+from tfbuffers.execution._tf_concurrency import Concurrency
 from tfbuffers.replay_buffer import BufferInfo, weak_method
 from tfbuffers.storage import GraphStorage, GraphStorageFactory
 
@@ -55,7 +56,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     matched by nest path (see `tfbuffers.state`).
 
     Threads: any number may read while others write; eager writers take turns;
-    a second writer inside a graph is refused (see `tfbuffers._tf_concurrency`).
+    a second writer inside a graph is refused (see `tfbuffers.execution._tf_concurrency`).
 
     Where it differs from TF-Agents 0.19, on purpose:
 
@@ -126,7 +127,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
             (in proportion to priority, for a prioritized buffer), with exact
             probabilities; the deterministic pass and `epoch_dataset` yield those windows
             only. Single frames are never affected. Adds keep the distance of each
-            episode's last 16 frames to its end (`tfbuffers._episodes`: a byte per frame,
+            episode's last 16 frames to its end (`tfbuffers.sampling._episodes`: a byte per frame,
             some 30 ops per add), so a sample draws among the stored windows and leaves
             out those that cross a boundary, with exact totals; windows of more than 17
             frames, or too few draws kept, take a pass over the step types (see

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host
+from tfbuffers.execution import host
 from tfbuffers.replay_buffer import ReplayBuffer
 
 
@@ -20,7 +20,7 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
     at a time, so several of them mix window by window (`tfbuffers.sharded_dataset`).
 
     Every call is one exchange with the host, made on numpy arrays: eagerly at once, inside a `tf.function`
-    or `tf.data` when the graph runs (the host execution mode, `tfbuffers.host.HostExecution`). A subclass
+    or `tf.data` when the graph runs (the host execution mode, `tfbuffers.execution.host.HostExecution`). A subclass
     says what each exchange is (`_add_value`, `_sample_arrays`, `_num_frames_value`, `_clear_value`,
     `_gather_all_arrays`, `_update_value`).
     """

@@ -1,7 +1,7 @@
 """The array libraries a sampler's formulas run on: `TENSORFLOW`, or `numpy_backend(rng)`.
 
 A `Backend` is what a sampler needs of an array library beyond the ring's ops (`tfbuffers._ring`): draws,
-checks, sums and searches, and the sum tree's functions (`tfbuffers._sum_tree`), so one formula serves the
+checks, sums and searches, and the sum tree's functions (`tfbuffers.sampling._sum_tree`), so one formula serves the
 TF buffers (ops in their graphs) and the py buffers (numpy under their lock).
 """
 
@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sum_tree
+import tfbuffers.sampling._sum_tree as _sum_tree
+from tfbuffers import _ring
 
 
 class Backend(NamedTuple):

@@ -12,7 +12,8 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring
+import tfbuffers.sampling._episodes as _episodes
+from tfbuffers import _ring
 from tfbuffers.sampling.backends import TENSORFLOW, Backend
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
@@ -95,7 +96,7 @@ class Sampler(abc.ABC):
     With `step_types` and `near` set (a buffer's `episode_boundaries`), windows of
     more than one frame never cross an episode boundary either: draws are uniform
     (or in proportion to priority) over the windows within one episode, with exact
-    probabilities. The adds' record of episode ends (`tfbuffers._episodes`) gives
+    probabilities. The adds' record of episode ends (`tfbuffers.sampling._episodes`) gives
     how many windows (how much weight) cross a boundary; draws over every stored
     window that land on one are left out (rejection, over a number of draws fixed
     before drawing, so the kept ones follow the valid windows' proportions
@@ -108,7 +109,7 @@ class Sampler(abc.ABC):
     """Returns the step-type column (`[capacity]`, storage row order), or None: no episode boundaries (set by
     `bind`)."""
     near: Callable[[], _episodes.Near] | None = None
-    """Returns the adds' record of episode ends (see `tfbuffers._episodes`), with `step_types` (set by `bind`)."""
+    """Returns the adds' record of episode ends (`tfbuffers.sampling._episodes`), with `step_types` (set by `bind`)."""
 
     keeps_episode_boundaries = True
     """Whether its draws honour `step_types` and `near` (a buffer with `episode_boundaries` refuses one that
@@ -129,7 +130,7 @@ class Sampler(abc.ABC):
     # The sampler's state and the events that change it. A buffer binds its sampler to its storage once, then
     # tells it of every add, clear, restore and priority update, in the same step as the rows and counter each
     # goes with: under the py buffer's lock (numpy state changes in place; the methods return []), or inside
-    # the TF buffer's writers' lock (the methods return the ops to run; `tfbuffers._tf_concurrency`). What a
+    # the TF buffer's writers' lock (the methods return the ops to run; `tfbuffers.execution._tf_concurrency`). What a
     # sampler keeps lives in the storage's extras (`storage.extra`), so that states, files, checkpoints and
     # memory-mapped directories carry it. The base class keeps the record of episode ends, with episode
     # boundaries; a sampler of its own state extends the events and calls `super()` first.

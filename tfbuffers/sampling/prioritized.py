@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _episodes, _ring, _sum_tree
-from tfbuffers import prioritized as priorities_lib
+import tfbuffers.sampling._episodes as _episodes
+import tfbuffers.sampling._sum_tree as _sum_tree
+import tfbuffers.sampling.priorities as priorities_lib
+from tfbuffers import _ring
 from tfbuffers.sampling.backends import TENSORFLOW, Backend, choose
 from tfbuffers.sampling.base import NO_PRIORITY, Sample, Sampler, SamplerFactory
 

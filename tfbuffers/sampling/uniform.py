@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from tfbuffers import _episodes, _ring
+import tfbuffers.sampling._episodes as _episodes
+from tfbuffers import _ring
 from tfbuffers.sampling.backends import TENSORFLOW, Backend, choose
 from tfbuffers.sampling.base import Sample, Sampler
 

@@ -27,7 +27,7 @@ Two interfaces, one per way a buffer runs, one module each:
   `PyPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows) -> Storage`.
   tfbuffers has numpy arrays in RAM (`NumpyTable`, the default: `tables`), the frame-stack pool
   (`FrameStackTable`, made by `frame_stacks=`: `frame_stacks`) and memory-mapped files
-  (`storage=tfbuffers.memmap.MemmapStorage(directory)`, or `directory=` for short). A new one (files
+  (`storage=tfbuffers.storage.memmap.MemmapStorage(directory)`, or `directory=` for short). A new one (files
   on disk, another process) implements the three abstract methods; the contract, files, state and
   fuzz tests run on it through one entry in the test registry. A storage that outlives its buffer
   uses two hooks: `attach` (the buffer's segments) and `ready` (the buffer built: a `Recovery`).

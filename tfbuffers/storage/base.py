@@ -48,13 +48,13 @@ class Storage(abc.ABC):
     def attach(self, batch_size: int, max_length: int) -> None:  # noqa: B027 (most storages need no sizes)
         """The buffer's segments: told once, after the storage is made and before any `extra` is asked for.
 
-        Nothing by default; a storage that journals each add's block (`tfbuffers.memmap`) sizes it here.
+        Nothing by default; a storage that journals each add's block (`tfbuffers.storage.memmap`) sizes it here.
         """
 
     def ready(self, buffer_name: str, data_spec: Any, options: Callable[[], Mapping[str, Any]]) -> Recovery:
         """The buffer is built (its sampler's extras made): what the storage found, `Recovery()` by default.
 
-        A storage that outlives its buffer records the buffer here (`tfbuffers.memmap` writes its header:
+        A storage that outlives its buffer records the buffer here (`tfbuffers.storage.memmap` writes its header:
         the class, `data_spec` and `options()`, the constructor's options), or says it holds an earlier one's.
         """
         return Recovery()
@@ -100,7 +100,7 @@ class Storage(abc.ABC):
     def changing(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Brackets a `"clear"` or a `"restore"` (rows, counter and extras replaced): nothing by default.
 
-        A storage that outlives its process marks it on the disk while it runs (`tfbuffers.memmap`).
+        A storage that outlives its process marks it on the disk while it runs (`tfbuffers.storage.memmap`).
         """
         return contextlib.nullcontext()
 

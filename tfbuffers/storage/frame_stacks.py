@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from tfbuffers.frames import FrameBuffer
 from tfbuffers.specs import Field
+from tfbuffers.storage.frames import FrameBuffer
 from tfbuffers.storage.tables import NumpyTable
 
 FRAME_STACKS = (

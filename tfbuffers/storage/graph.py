@@ -2,7 +2,7 @@
 
 A `GraphStorage` is what `Storage` is for the py buffers, for `TFUniformReplayBuffer` and
 `TFPrioritizedReplayBuffer` (`storage=`): its methods build ops (eagerly, they run), which the buffer calls
-inside its graphs and its writers' lock (`tfbuffers._tf_concurrency`) and on its device. The default,
+inside its graphs and its writers' lock (`tfbuffers.execution._tf_concurrency`) and on its device. The default,
 `VariableStorage`, keeps each field's rows in one `tf.Variable`.
 """
 

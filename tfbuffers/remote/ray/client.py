@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import host, specs
+from tfbuffers import specs
+from tfbuffers.execution import host
 from tfbuffers.remote.base import RemoteReplayBuffer
 from tfbuffers.remote.options import sampler_record
 from tfbuffers.remote.ray.actor import started_actor
@@ -71,7 +72,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
     actors, or `RayReplayBuffer.connect(name)` from another driver of the cluster.
 
     Eagerly every method is one remote call; inside a `tf.function` or `tf.data` each runs when the
-    graph runs (`tfbuffers.host`). `as_dataset` fetches several batches per remote call, ahead.
+    graph runs (`tfbuffers.execution.host`). `as_dataset` fetches several batches per remote call, ahead.
 
     docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/ray_replay_buffer_test.py runs
     them on a local cluster.
@@ -118,7 +119,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
           episode_boundaries: As in `PyUniformReplayBuffer`: windows never cross an episode.
           frame_stacks: As in `PyUniformReplayBuffer`.
           directory: Keep every segment memory-mapped under this directory (new or empty), one
-            subdirectory per segment (`tfbuffers.memmap`); `RayReplayBuffer.open(directory)` reopens
+            subdirectory per segment (`tfbuffers.storage.memmap`); `RayReplayBuffer.open(directory)` reopens
             it after the actor died, with every add that returned.
           min_size_to_sample: Frames the buffer must hold before a sample proceeds (it waits until
             then). None, with no `samples_per_insert`: no wait, and sampling an empty buffer raises,
@@ -238,12 +239,12 @@ class RayReplayBuffer(RemoteReplayBuffer):
     def open(cls, directory: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
         """The buffer kept under `directory` (made with `directory=`) in a new actor, after the last one died.
 
-        It holds every add that returned (`tfbuffers.memmap`: each segment's directory is reopened).
+        It holds every add that returned (`tfbuffers.storage.memmap`: each segment's directory is reopened).
         `overrides`: `name=`, `seed=`, `timeout=`, `address=`, `prefetch_items=`.
 
         Raises:
           FileNotFoundError: If `directory` holds no RayReplayBuffer.
-          tfbuffers.memmap.DirectoryInUseError: If an actor still holds it open.
+          tfbuffers.storage.memmap.DirectoryInUseError: If an actor still holds it open.
         """
         directory = pathlib.Path(directory).absolute()
         spec, arguments = read_manifest(directory)

@@ -35,7 +35,7 @@ class Prefetch:
         self._lock = threading.Lock()
 
     def next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, ...]:
-        """The next sample, `(leaves, ids, probabilities)` (`tfbuffers.host.sample`'s draw)."""
+        """The next sample, `(leaves, ids, probabilities)` (`tfbuffers.execution.host.sample`'s draw)."""
         ray = import_ray()
         with self._lock:
             buffer = self._buffer()

@@ -7,7 +7,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tfbuffers import host, specs
+from tfbuffers import specs
+from tfbuffers.execution import host
 from tfbuffers.remote.ray.cluster import call, cause_of, import_ray
 
 

@@ -1,6 +1,6 @@
 """A TF buffer's reads: samples, gathers and whole reads of its storage, checked against concurrent writers.
 
-Reads take no lock: each is checked by the seqlock of `tfbuffers._tf_concurrency` (a read an add overlapped is
+Reads take no lock: each is checked by the seqlock of `tfbuffers.execution._tf_concurrency` (a read an add overlapped is
 made again, or, for a dataset's element, dropped), and a draw whose sampler state an add changed before the
 counter moved is read again too (`tfbuffers.sampling.Sampler.read_guard`).
 """
@@ -13,7 +13,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfbuffers import _ring, sampling
-from tfbuffers._tf_concurrency import Concurrency
+from tfbuffers.execution._tf_concurrency import Concurrency
 from tfbuffers.replay_buffer import FRAMES_GONE
 from tfbuffers.storage import GraphStorage
 
@@ -86,7 +86,7 @@ class GraphReads:
     ) -> tuple[tf.Tensor, list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """One attempt of `sample`, not read again: whether it is whole, then what it read.
 
-        What a dataset's element computes (see `tfbuffers._tf_concurrency`): a torn one is dropped.
+        What a dataset's element computes (see `tfbuffers.execution._tf_concurrency`): a torn one is dropped.
         """
         with tf.device(self._device), tf.name_scope(self._scope):
             draw, checked = self.draw(sample_batch_size, num_steps)

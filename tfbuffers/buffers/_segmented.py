@@ -2,12 +2,12 @@
 
 A segmented buffer keeps `batch_size` segments of `max_length` frames (see
 `tfbuffers._ring` for the layout and the ids). Its subclasses are the execution
-modes (graph ops on a `VariableStorage`, host numpy behind `tfbuffers.host`): how
+modes (graph ops on a `VariableStorage`, host numpy behind `tfbuffers.execution.host`): how
 to write a block, gather rows, read the add counter and snapshot or replace the
 contents. A `tfbuffers.sampling.Sampler` says which windows a sample draws; the
-datasets are a part (`tfbuffers._datasets.SegmentedDatasets`) built on the
+datasets are a part (`tfbuffers.buffers._datasets.SegmentedDatasets`) built on the
 buffer's reads as tensors; states, files and configs are its layer
-`tfbuffers._segmented_states.SegmentedStates`.
+`tfbuffers.buffers._segmented_states.SegmentedStates`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _datasets, _ring, sampling, specs
+from tfbuffers import _ring, sampling, specs
 from tfbuffers import state as state_lib
-from tfbuffers._segmented_states import SegmentedStates
+from tfbuffers.buffers import _datasets
+from tfbuffers.buffers._segmented_states import SegmentedStates
 from tfbuffers.replay_buffer import (
     _not_converted,
     keep_alive,
@@ -52,8 +53,8 @@ class SegmentedReplayBuffer(SegmentedStates):
     """Whether it draws by priority (a prioritized sampler, `update_priorities`): the prioritized presets'."""
 
     _HOST_READS: bool
-    """Whether the buffer's reads are host calls (numpy behind `tfbuffers.host`): then every dataset of it
-    reads when asked (`tfbuffers._datasets.READ_WHEN_ASKED`)."""
+    """Whether the buffer's reads are host calls (numpy behind `tfbuffers.execution.host`): then every dataset of it
+    reads when asked (`tfbuffers.buffers._datasets.READ_WHEN_ASKED`)."""
 
     def __init__(
         self,
@@ -319,7 +320,7 @@ class SegmentedReplayBuffer(SegmentedStates):
         )
         return keep_alive(dataset, self)
 
-    # Datasets (`tfbuffers._datasets`), each holding the buffer.
+    # Datasets (`tfbuffers.buffers._datasets`), each holding the buffer.
 
     def _as_dataset(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None

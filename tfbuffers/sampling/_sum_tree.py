@@ -27,7 +27,7 @@ that child has an unmasked positive leaf, counted exactly, so whatever the float
 rounding of the sums, a draw always ends on an unmasked leaf above 0.
 
 The numpy buffers run the descent and the recomputation of ancestors in numba's
-compiled loops (`tfbuffers._tree_kernels`: `find_numpy`, `update_numpy`,
+compiled loops (`tfbuffers.sampling._tree_kernels`: `find_numpy`, `update_numpy`,
 `recompute_ancestors_numpy`), one call each for a whole batch. Where numba does not
 import, they take vectorised numpy steps (`find_steps`, `recompute_steps`). In numpy
 each call costs a microsecond or more whatever its size, so `find_steps` takes fewer,
@@ -59,9 +59,9 @@ _COMPILED: list[Any] = []  # the compiled loops, once looked up: [kernels or Non
 
 
 def compiled() -> Any:
-    """`tfbuffers._tree_kernels.KERNELS`: the compiled loops, or None (no numba); imported on first use."""
+    """`tfbuffers.sampling._tree_kernels.KERNELS`: the compiled loops, or None (no numba); imported on first use."""
     if not _COMPILED:
-        from tfbuffers import _tree_kernels
+        import tfbuffers.sampling._tree_kernels as _tree_kernels
 
         _COMPILED.append(_tree_kernels.KERNELS)
     return _COMPILED[0]

@@ -1,12 +1,12 @@
 """A buffer's states: its storage read at one moment, streamed out and in piecewise, replaced or cleared at once.
 
-What `tfbuffers._segmented_states` asks of the segmented buffers apart from their adds and samples. `States`
+What `tfbuffers.buffers._segmented_states` asks of the segmented buffers apart from their adds and samples. `States`
 holds the algorithm and the interface, once; each execution mode gives the primitives it rests on:
 
 - `HostStates` (the py buffers): every call holds the buffer's lock for as long as it reads or writes; the
   generation that clears and restores move is a Python int.
 - `GraphStates` (the TF buffers): reads are checked like a sample's (the seqlock of
-  `tfbuffers._tf_concurrency`): eager writers wait for a snapshot, graph writers are checked for and the read
+  `tfbuffers.execution._tf_concurrency`): eager writers wait for a snapshot, graph writers are checked for and the read
   is made again; a restore or a clear is a writer, in the writers' lock, and moves the generation variable.
 """
 
@@ -23,8 +23,8 @@ import tensorflow as tf
 
 from tfbuffers import _ring
 from tfbuffers import state as state_lib
-from tfbuffers._graph_calls import GraphCalls
-from tfbuffers._tf_concurrency import Concurrency
+from tfbuffers.execution._graph_calls import GraphCalls
+from tfbuffers.execution._tf_concurrency import Concurrency
 
 _OPS = _ring.TENSORFLOW
 
@@ -207,7 +207,7 @@ class GraphStates(States):
 
     def _snapshot_tensors(self) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         # The storage is read in one graph, within microseconds; the reads are then
-        # checked like a sample's (see `tfbuffers._tf_concurrency`).
+        # checked like a sample's (see `tfbuffers.execution._tf_concurrency`).
         with tf.device(self._device), tf.name_scope(self._scope):
             counter = self._storage.added
 

@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, _sum_tree
+import tfbuffers.sampling._sum_tree as _sum_tree
+from tfbuffers import _ring
 
 FIRST, LAST = 0, 2
 """TF-Agents' `StepType` values: an episode boundary lies between a LAST frame and the next, or before a FIRST."""
@@ -104,7 +105,7 @@ def reweighted(xp: Any, record: Near, rows: Any, weights: Any, old_columns: Any)
     """Moves distinct `rows`' weight in `record` to `weights`, from `old_columns` (`columns` of their old weights).
 
     A prioritized buffer's update, before the tree changes. Rows farther from their episode's end (distance
-    0) move row 0's sums, which nothing reads. `xp`: the array functions (`tfbuffers._sum_tree.NUMPY` or
+    0) move row 0's sums, which nothing reads. `xp`: the array functions (`tfbuffers.sampling._sum_tree.NUMPY` or
     `.TENSORFLOW`); returns TensorFlow's write, or None (numpy arrays change in place).
     """
     distance = xp.int64(xp.gather(record.distance, rows))
@@ -117,7 +118,7 @@ def ending_rows(
     """The rows that add number `added` brings near the end of their episode (the TF buffer's add).
 
     Args:
-      xp: The array functions (`tfbuffers._sum_tree.NUMPY` or `.TENSORFLOW`).
+      xp: The array functions (`tfbuffers.sampling._sum_tree.NUMPY` or `.TENSORFLOW`).
       cut: `[batch_size]` bool: whether an episode ends with each segment's previous frame (`is_cut`; False
         for the first add).
       last_end: `[batch_size]` the record's `last_end` before the add.

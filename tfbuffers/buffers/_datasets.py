@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _deterministic, _episodes, _ring
+from tfbuffers import _ring
 from tfbuffers.replay_buffer import BufferInfo
+from tfbuffers.sampling import _deterministic, _episodes
 
 # The options of a dataset whose elements are read when `next` asks, by the caller's thread (a `prefetch` or
 # `num_parallel_calls` the user asks for reads ahead, as the user chose):
@@ -43,7 +44,7 @@ class Reads(NamedTuple):
     """Leaves as the data spec's nest, in a dataset's form (lists as tuples)."""
     attempt: Callable[[int | None, int | None], tuple[tf.Tensor, list[tf.Tensor], tf.Tensor, tf.Tensor]] | None = None
     """A draw that may be torn by a concurrent write, `(whole, leaves, ids, probabilities)`: a sampled dataset
-    then drops a torn element and draws the next (the TF buffer, see `tfbuffers._tf_concurrency`). None:
+    then drops a torn element and draws the next (the TF buffer, see `tfbuffers.execution._tf_concurrency`). None:
     `sample` never tears (it reads under a lock)."""
 
 
@@ -116,7 +117,7 @@ class SegmentedDatasets:
     def deterministic_pass(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        """The single deterministic pass (`tfbuffers._deterministic`), within episodes with episode boundaries."""
+        """The single deterministic pass (`sampling._deterministic`), within episodes with episode boundaries."""
         reads = self._reads()
         ids = _deterministic.ids_dataset(
             reads.added,

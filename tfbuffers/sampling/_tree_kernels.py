@@ -1,6 +1,6 @@
 """Compiled (numba) loops for the numpy sum tree: a draw's descent and the recomputation of ancestors.
 
-`tfbuffers._sum_tree` calls these where numba imports, and its vectorised numpy
+`tfbuffers.sampling._sum_tree` calls these where numba imports, and its vectorised numpy
 steps where it does not (or where `TFBUFFERS_NUMBA=0` is set). Both compute the same
 thing: the same leaf for the same target (the descent steps into a child only if
 it holds a leaf above 0, counted exactly, as `_sum_tree.find` does), and the same

@@ -2,7 +2,7 @@
 
 A TF buffer builds its ops in methods that work inside a graph (a `tf.function`, a dataset) and eagerly.
 Called eagerly, each goes through its `tf.function`, made once per buffer (one call instead of many eager
-ops); writers go through it holding the eager writers' lock (`tfbuffers._tf_concurrency`).
+ops); writers go through it holding the eager writers' lock (`tfbuffers.execution._tf_concurrency`).
 """
 
 from __future__ import annotations
