@@ -6,13 +6,10 @@ so that any returned item can be checked to be whole and to be the right one.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import sys
-import tempfile
 import zlib
-from collections.abc import Callable, Mapping
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,6 +32,46 @@ import tfbuffers.kinds
 import tfbuffers.specs
 import tfbuffers.state
 import tfbuffers.storage
+from tfbuffers.testing import contract
+from tfbuffers.testing.contract import (
+    SPEC,
+    BufferKind,
+    FunctionWrapped,
+    assert_whole,
+    batch,
+    code,
+    fill,
+    frames,
+    fresh_spec,
+    make,
+    make_buffer,
+    new_directory,
+    to_numpy,
+    underlying,
+)
+from tfbuffers.testing.contract.remote import RAY_KIND, RAY_SKIPS, REVERB_KIND, REVERB_SKIPS
+
+# The contract's frames, kinds and helpers (`tfbuffers.testing.contract`), which the tests import from here.
+__all__ = [
+    "RAY_KIND",
+    "RAY_SKIPS",
+    "REVERB_KIND",
+    "REVERB_SKIPS",
+    "SPEC",
+    "BufferKind",
+    "FunctionWrapped",
+    "assert_whole",
+    "batch",
+    "code",
+    "fill",
+    "frames",
+    "fresh_spec",
+    "make",
+    "make_buffer",
+    "new_directory",
+    "to_numpy",
+    "underlying",
+]
 
 # The fixtures' folders (tests/data/before_*): their make.py scripts are run by hand, as each says, not collected.
 collect_ignore = ["data"]
@@ -46,198 +83,22 @@ settings.register_profile("ci", max_examples=10)
 settings.load_profile(os.environ.get("TFBUFFERS_HYPOTHESIS", "thorough"))
 
 
-def fresh_spec() -> dict[str, Any]:
-    """A new copy of `SPEC`, for a test that checks the identity of what it passes."""
-    return {
-        "observation": {
-            "position": tf.TensorSpec([2], tf.float32, "position"),
-            "pixels": tf.TensorSpec([2, 2], tf.uint8, "pixels"),
-        },
-        "action": tf.TensorSpec([], tf.int32, "action"),
-        "step": tf.TensorSpec([], tf.int64, "step"),
-    }
-
-
-SPEC = fresh_spec()
-
-
-def code(segment: Any, step: Any) -> Any:
-    return 1000 * np.asarray(segment) + np.asarray(step)
-
-
-def frames(codes: Any) -> dict[str, Any]:
-    """The items whose fields all derive from integer `codes` (any shape)."""
-    codes = np.asarray(codes, np.int64)
-    return {
-        "observation": {
-            "position": np.stack([codes, -codes], axis=-1).astype(np.float32),
-            "pixels": np.broadcast_to((codes % 251).astype(np.uint8)[..., None, None], codes.shape + (2, 2)).copy(),
-        },
-        "action": codes.astype(np.int32),
-        "step": codes,
-    }
-
-
-def batch(batch_size: int, t: int) -> dict[str, Any]:
-    """The `add_batch` argument for add number `t`."""
-    return frames(code(np.arange(batch_size), t))
-
-
-def to_numpy(structure: Any) -> Any:
-    return tf.nest.map_structure(lambda x: np.asarray(x) if not isinstance(x, tuple) else x, structure)
-
-
-def assert_whole(items: Any) -> np.ndarray:
-    """Asserts every field of every returned frame derives from one code; returns the codes."""
-    items = to_numpy(items)
-    codes = items["step"]
-    expected = frames(codes)
-    for path_items, path_expected in zip(tf.nest.flatten(items), tf.nest.flatten(expected)):
-        np.testing.assert_array_equal(path_items, path_expected)
-    return codes
-
-
-class FunctionWrapped:
-    """A buffer whose methods are all called through `tf.function`."""
-
-    def __init__(self, buffer: tfbuffers.ReplayBuffer) -> None:
-        self.buffer = buffer
-        self._add = tf.function(buffer.add_batch)
-        self._gather_all = tf.function(buffer.gather_all)
-        self._num_frames = tf.function(buffer.num_frames)
-        self._clear = tf.function(buffer.clear)
-        self._get_next: dict[tuple[Any, ...], Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.buffer, name)
-
-    def add_batch(self, items: Any) -> Any:
-        return self._add(items)
-
-    def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
-        arguments = (sample_batch_size, num_steps, time_stacked)
-        # One trace for each set of arguments, as a program's function has; keyed by type too (True == 1).
-        key = tuple((type(argument), argument) for argument in arguments)
-        if key not in self._get_next:
-            self._get_next[key] = tf.function(lambda: self.buffer.get_next(*arguments), autograph=False)
-        return self._get_next[key]()
-
-    def gather_all(self) -> Any:
-        return self._gather_all()
-
-    def num_frames(self) -> Any:
-        return self._num_frames()
-
-    def clear(self) -> None:
-        self._clear()
-
-    def __len__(self) -> int:
-        return len(self.buffer)
-
-    def sample_all(self) -> Any:
-        return tf.function(self.buffer.sample_all)()
-
-    def get_item(self, index: int) -> Any:
-        return tf.function(self.buffer.get_item)(tf.constant(index, tf.int64))
-
-    def sample_by_index(self, indices: Any, fields: Any = None) -> Any:
-        return tf.function(lambda i: self.buffer.sample_by_index(i, fields))(tf.constant(indices, tf.int64))
-
-
-@dataclasses.dataclass(frozen=True)
-class BufferKind:
-    """One buffer class in the registry every multi-buffer test draws from.
-
-    Attributes:
-      name: Short name used in test ids.
-      make: Builds the buffer from (spec, batch_size, max_length, **options).
-      uniform: Whether it samples uniformly (the contract's uniform-only cases run on it).
-      state_format: Its `BufferState.format`: states, checkpoints and files restore across kinds of one format.
-      buffer_class: Its class.
-      load_options: What `buffer_class.load(path, ...)` is given to rebuild this kind from a file beyond what the
-        file records (a storage).
-      on_disk: Whether it keeps its rows in a directory (`directory=`): each load gets a new one.
-    """
-
-    name: str
-    make: Callable[..., tfbuffers.ReplayBuffer]
-    uniform: bool = True
-    state_format: str = tfbuffers.state.SEGMENTED
-    buffer_class: type = tfbuffers.PyUniformReplayBuffer
-    load_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    on_disk: bool = False
-
-    def load(self, path: Any, **overrides: Any) -> Any:
-        """A buffer of this kind rebuilt from the file at `path` (`buffer_class.load`)."""
-        if self.on_disk:
-            overrides.setdefault("directory", new_directory())
-        return self.buffer_class.load(path, **self.load_options, **overrides)  # type: ignore[attr-defined]
-
-
-# The memory-mapped kinds' directories, one each, under one directory removed when the tests' process exits.
-_DIRECTORIES = tempfile.TemporaryDirectory(prefix="tfbuffers-test-directories-")
-
-
-def new_directory(spec: Any = None) -> str:
-    """A new directory path for a memory-mapped buffer (`directory=`), not yet made."""
-    return os.path.join(tempfile.mkdtemp(dir=_DIRECTORIES.name), "buffer")
-
-
-def _from_registry(kind: tfbuffers.kinds.Kind, **preset: Callable[[Any], Any]) -> Callable[..., Any]:
-    """Makes buffers of the registry's `kind`: host kinds seeded (0 unless given), `preset` options from the spec."""
-
-    def make(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReplayBuffer:
-        seed = options.pop("seed", 0)
-        if not kind.host:
-            seed = None  # the TF kinds draw from TensorFlow's global generator (the fixtures seed it)
-        for option, value in preset.items():
-            options.setdefault(option, value(spec))
-        return tfbuffers.kinds.make(kind.name, spec, batch_size, max_length, seed, **options)
-
-    return make
-
-
-def _frame_stacked(spec: Any) -> list[str] | None:
-    """SPEC's uint8 fields of rank >= 1 (its pixels), stored as frame stacks along the last axis."""
-    stacked = [
-        field.path
-        for field in tfbuffers.specs.flatten_spec(spec)
-        if field.spec.dtype == tf.uint8 and field.spec.shape.rank >= 1
-    ]
-    return stacked or None
-
-
 def _buffer_kinds() -> dict[str, BufferKind]:
-    """The registry's kinds of any data spec (ids without "_uniform": "tf", "py"), and the py kind with frame stacks."""
-    found = {}
-    for kind in tfbuffers.kinds.KINDS.values():
-        if kind.any_spec:
-            name = kind.name.removesuffix("_uniform")
-            state_format = tfbuffers.state.PRIORITIZED if kind.prioritized else tfbuffers.state.SEGMENTED
-            found[name] = BufferKind(name, _from_registry(kind), not kind.prioritized, state_format, kind.buffer_class)
-    py = tfbuffers.kinds.KINDS["py_uniform"]
-    found["py_frames"] = BufferKind("py_frames", _from_registry(py, frame_stacks=_frame_stacked))
-    found["py_dict"] = BufferKind(
-        "py_dict", _from_registry(py, storage=lambda spec: DictStorage), load_options={"storage": DictStorage}
-    )
-    # Memory-mapped files (`directory=`): the py buffer's rows, counter and extras on the disk.
-    found["py_memmap"] = BufferKind("py_memmap", _from_registry(py, directory=new_directory), on_disk=True)
-    tf_kind = tfbuffers.kinds.KINDS["tf_uniform"]
-    found["tf_dict"] = BufferKind(
-        "tf_dict",
-        _from_registry(tf_kind, storage=lambda spec: DictVariables),
-        buffer_class=tfbuffers.TFUniformReplayBuffer,
-        load_options={"storage": DictVariables},
-    )
-    # A sampler written here (`KeptAddsUniform`, stateful), on each buffer: one entry each.
-    for name, kind in (("py_kept", py), ("tf_kept", tf_kind)):
-        found[name] = BufferKind(
-            name,
-            _from_registry(kind, sampler=lambda spec: KeptAddsUniform),
-            buffer_class=kind.buffer_class,
-            load_options={"sampler": KeptAddsUniform},
-        )
-    return found
+    """The contract's kinds: tfbuffers' own, and the storages and sampler written here, one entry each.
+
+    `contract.builtin_kinds()` are the registry's kinds of any data spec (ids without "_uniform": "tf", "py"),
+    frame stacks and memory maps; `contract.with_storage` and `contract.with_sampler` add the parts written here.
+    """
+    kinds = [
+        *contract.builtin_kinds(),
+        contract.with_storage("py_dict", "py_uniform", DictStorage),
+        contract.with_storage("tf_dict", "tf_uniform", DictVariables),
+        # A sampler written here (`KeptAddsUniform`, stateful), on each buffer: one entry each.
+        contract.with_sampler("py_kept", "py_uniform", KeptAddsUniform),
+        contract.with_sampler("tf_kept", "tf_uniform", KeptAddsUniform),
+    ]
+    contract.register(*kinds)
+    return {kind.name: kind for kind in kinds}
 
 
 class DictStorage(tfbuffers.storage.Storage):
@@ -383,150 +244,12 @@ class KeptAddsUniform(tfbuffers.sampling.UniformSampler):
 BUFFER_KINDS = _buffer_kinds()
 
 
-class FlushingReverbReplayBuffer(tfbuffers.ReverbReplayBuffer):
-    """`ReverbReplayBuffer` whose adds are in the table when `add_batch` returns, for the contract suite.
-
-    Reverb's writers send items when they flush (at an episode's end, `flush()`, `close()`); the contract
-    samples right after adding, as a program does once it flushed. Eagerly and inside `tf.function` alike:
-    a graph's add runs the eager one when the graph runs (`tfbuffers.execution.host`).
-    """
-
-    def _add_batch(self, leaves: Any, deferred: Any) -> Any:
-        ids = super()._add_batch(leaves, deferred)
-        if tf.executing_eagerly():
-            self.flush()
-        return ids
-
-
-def _reverb(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbuffers.ReverbReplayBuffer:
-    """A Reverb buffer of the contract's sizes: items of `max_length` frames (its longest windows), as many items."""
-    options.pop("seed", None)  # Reverb's server draws; it takes no seed
-    return FlushingReverbReplayBuffer(
-        spec, sequence_length=max_length, batch_size=batch_size, capacity=batch_size * max_length, **options
-    )
-
-
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 HAS_RAY = importlib.util.find_spec("ray") is not None
 # The contract suite's kinds: every local kind, Reverb on the stack that has it (the pinned one) and Ray (run on the
-# current stack, on a local cluster the first buffer starts). The Reverb buffer stores items, not a ring; the Ray
-# buffer's rings are read by draws only: the cases either does not support are skipped with the reason
-# (`REVERB_SKIPS`, `RAY_SKIPS`).
-REVERB_KIND = BufferKind("reverb", _reverb, buffer_class=tfbuffers.ReverbReplayBuffer)
-RAY_KIND = BufferKind(
-    "ray", _from_registry(tfbuffers.kinds.REMOTE_KINDS["ray_uniform"]), buffer_class=tfbuffers.RayReplayBuffer
-)
-
-_REVERB_IDS = (
-    "Reverb: BufferInfo.ids are its items' keys and add_batch returns each environment's count of frames, not "
-    "the ring's frame ids (tests/reverb_replay_buffer_test.py checks what they are)"
-)
-_REVERB_ORDER = (
-    "Reverb: a table has no order to read: gather_all, sample_all, indices, epochs and the deterministic pass "
-    "are refused"
-)
-_REVERB_ITEMS = (
-    "Reverb: a table holds items (windows of sequence_length frames, made once an environment has that many), "
-    "removed oldest first across environments: num_frames, len, size and full count items, not frames"
-)
-_REVERB_LAYOUT = (
-    "Reverb: no segments of max_length frames (its windows are sequence_length long) and no ring options "
-    "(stateful_dataset, dataset_window_shift, dataset_drop_remainder)"
-)
-# The contract's cases the Reverb buffer does not support, by test function, and why. Every other case runs on it.
-REVERB_SKIPS = {
-    "test_is_a_replay_buffer": _REVERB_LAYOUT,
-    "test_adds_before_wrap": _REVERB_IDS,
-    "test_adds_wrap_around": _REVERB_ORDER,
-    "test_single_frames_come_from_the_stored_frames": _REVERB_IDS,
-    "test_probabilities_are_uniform_over_stored_windows": _REVERB_ITEMS,
-    "test_windows_stay_in_one_segment_and_in_time": _REVERB_IDS,
-    "test_window_of_max_length_is_the_whole_segment": _REVERB_ITEMS,
-    "test_unbatched_and_unstacked_samples": _REVERB_ITEMS,
-    "test_sampling_too_few_frames_raises": (
-        "Reverb: an emptier table than min_size_to_sample is refused naming the table and the items it needs; "
-        "num_steps is checked against sequence_length"
-    ),
-    "test_random_dataset_has_static_specs_and_sees_new_data": _REVERB_IDS,
-    "test_parallel_random_dataset": _REVERB_ITEMS,
-    "test_deterministic_pass_after_wrap_visits_every_frame_once": _REVERB_ORDER,
-    "test_deterministic_windows_never_mix_segments": _REVERB_ORDER,
-    "test_deterministic_windows_with_shift_one": _REVERB_ORDER,
-    "test_deterministic_batched_pass": _REVERB_ORDER,
-    "test_deterministic_pass_drop_remainder": _REVERB_ORDER,
-    "test_deterministic_pass_reads_the_buffer_when_iterated": _REVERB_ORDER,
-    "test_sequence_preprocess_fn_is_applied": _REVERB_ITEMS,
-    "test_clear": _REVERB_ORDER,
-    "test_checkpoint_round_trip": (
-        "Reverb: its server checkpoints the table (py_client.checkpoint, ReplayBufferManager), not tf.train.Checkpoint"
-    ),
-    "test_bad_batches_are_rejected_and_change_nothing": _REVERB_ORDER,
-    "test_exact_python_values_are_accepted": _REVERB_ORDER,
-    "test_bad_sampling_arguments": _REVERB_ITEMS,
-    "test_list_specs_come_back_as_tuples_from_datasets": _REVERB_ITEMS,
-    "test_a_refused_add_inside_a_graph_leaves_the_buffer_working": _REVERB_ORDER,
-    "test_reads_inside_a_graph_run_when_the_graph_runs": _REVERB_ORDER,
-    "test_stateful_dataset_is_accepted_and_changes_nothing": _REVERB_LAYOUT,
-    "test_size_and_len_count_stored_frames": _REVERB_ITEMS,
-    "test_len_size_and_full": _REVERB_ITEMS,
-    "test_sample_all_and_indices_are_oldest_first_by_id": _REVERB_ORDER,
-    "test_an_index_out_of_range_is_refused_and_the_buffer_works_on": _REVERB_ORDER,
-    "test_an_epoch_visits_every_window_once_in_random_order": _REVERB_ORDER,
-    "test_an_epoch_of_an_empty_buffer_is_empty_and_arguments_are_checked": _REVERB_ORDER,
-    "test_construction_from_a_config": (
-        "Reverb: no from_config; tfbuffers.ReplayBufferManager records a Reverb buffer's configuration"
-    ),
-}
-
-_RAY_ORDER = (
-    "Ray: an actor's segments are read by draws and gather_all only: no deterministic pass, epochs or random "
-    "access by index (sample_all, get_item, sample_by_index)"
-)
-# The contract's cases the Ray buffer does not support, by test function, and why. Every other case runs on it, on a
-# real local cluster: its frames are rings of segments, as the local buffers' are.
-RAY_SKIPS = {
-    "test_sampling_too_few_frames_raises": (
-        "Ray: its refusals name the actor (RayReplayBuffer 'name' is empty ...), for a learner that reads several; "
-        "tests/ray_replay_buffer_test.py checks them"
-    ),
-    "test_random_dataset_has_static_specs_and_sees_new_data": (
-        "Ray: as_dataset fetches the next windows from the actor while the last ones are read (prefetch_items), so "
-        "an element can predate the adds made just before it is asked for"
-    ),
-    "test_deterministic_pass_after_wrap_visits_every_frame_once": _RAY_ORDER,
-    "test_deterministic_windows_never_mix_segments": _RAY_ORDER,
-    "test_deterministic_windows_with_shift_one": _RAY_ORDER,
-    "test_deterministic_batched_pass": _RAY_ORDER,
-    "test_deterministic_pass_drop_remainder": _RAY_ORDER,
-    "test_deterministic_pass_reads_the_buffer_when_iterated": _RAY_ORDER,
-    "test_reads_inside_a_graph_run_when_the_graph_runs": _RAY_ORDER,
-    "test_sample_all_and_indices_are_oldest_first_by_id": _RAY_ORDER,
-    "test_an_index_out_of_range_is_refused_and_the_buffer_works_on": _RAY_ORDER,
-    "test_an_epoch_visits_every_window_once_in_random_order": _RAY_ORDER,
-    "test_an_epoch_of_an_empty_buffer_is_empty_and_arguments_are_checked": _RAY_ORDER,
-    "test_checkpoint_round_trip": (
-        "Ray: the actor's frames are saved by save/load (and kept by directory=), not tf.train.Checkpoint: the "
-        "client holds no variables"
-    ),
-    "test_stateful_dataset_is_accepted_and_changes_nothing": (
-        "Ray: no stateful_dataset (TF-Agents' flag, which the local buffers accept and ignore; the Ray buffer is no "
-        "TF-Agents class)"
-    ),
-    "test_construction_from_a_config": (
-        "Ray: no from_config; its constructor, RayReplayBuffer.load/open and ReplayBufferManager(backend='ray') "
-        "make one"
-    ),
-}
-REMOTE_SKIPS = {"reverb": REVERB_SKIPS, "ray": RAY_SKIPS}
-
-
-def contract_kind(request: pytest.FixtureRequest) -> str:
-    """The contract suite's kind parameter; a case Reverb or Ray does not support is skipped, saying why."""
-    skips = REMOTE_SKIPS.get(request.param.rsplit("_", 1)[0], {})
-    if request.function.__name__ in skips:
-        pytest.skip(skips[request.function.__name__])
-    tf.random.set_seed(1234)
-    return request.param
+# current stack, on a local cluster the first buffer starts), with the cases each cannot support skipped, saying why
+# (`contract.remote.REVERB_SKIPS`, `RAY_SKIPS`).
+contract.register(REVERB_KIND, RAY_KIND)
 
 
 # (source, target) kinds whose states restore into each other: a TF buffer's into a py buffer and back.
@@ -554,53 +277,11 @@ CONTRACT_KINDS = [
 ]
 
 
-def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
-    """A buffer of the registered kind `name` (`"tf"`, `"py"`, `"tf_prioritized"`, `"py_prioritized"`, `"reverb"`)."""
-    kind = {REVERB_KIND.name: REVERB_KIND, RAY_KIND.name: RAY_KIND}.get(name) or BUFFER_KINDS[name]
-    return kind.make(spec, batch_size, max_length, **options)
-
-
-# The TF and Ray kinds' buffers of SPEC, kept on a shelf per worker process between tests: a test that asks
-# `make_buffer` for one made alike gets a kept one, cleared, instead of a new one whose every `tf.function` (the
-# buffer's graph calls, FunctionWrapped's) traces again, or whose actor starts again (a process importing
-# TensorFlow): that is most of what such a test costs (the Ray cases took 103 s without the shelf, 27 s with it,
-# measured on 2 cores). A buffer goes back on
-# the shelf only when the test that had it passed; a clear must leave it as a new one is (tests/contract_test.py
-# test_clear checks that on every kind), but for its random ops' state, which no case depends on: a draw's
-# assertions hold for any draws. `--every-combination` runs without the shelf.
+# The TF and Ray kinds' buffers of SPEC, kept on a shelf per worker process between tests (`contract.Shelf`): a test
+# that asks `make_buffer` for one made alike gets a kept one, cleared, instead of a new one whose every `tf.function`
+# traces again, or whose actor starts again (the Ray cases took 103 s without the shelf, 27 s with it, measured on 2
+# cores). `--every-combination` runs without the shelf.
 SHELVED_KINDS = ("tf", "tf_prioritized", "tf_dict", "tf_kept", "ray")
-_SHELF: dict[tuple[Any, ...], list[Any]] = {}
-_LENT: list[tuple[tuple[Any, ...], Any]] = []
-_SHELF_ON = [True]
-
-
-def _shelf_key(kind: str, batch_size: int, max_length: int, spec: Any, kwargs: dict[str, Any]) -> tuple | None:
-    """What a kept buffer must have been made with to be given for these arguments; None: never kept."""
-    if not _SHELF_ON[0] or spec is not SPEC or kind.rsplit("_", 1)[0] not in SHELVED_KINDS:
-        return None
-    options = tuple((name, type(value), value) for name, value in sorted(kwargs.items()))  # True == 1, not alike
-    try:
-        hash(options)
-    except TypeError:
-        return None
-    return (kind, batch_size, max_length, options)
-
-
-def make_buffer(kind: str, batch_size: int = 3, max_length: int = 5, spec: Any = SPEC, **kwargs: Any) -> Any:
-    """A buffer of `kind` (`"<name>_eager"` or `"<name>_function"`), wrapped so calls run in tf.function."""
-    key = _shelf_key(kind, batch_size, max_length, spec, kwargs)
-    if key is not None and _SHELF.get(key):
-        buffer = _SHELF[key].pop()
-        underlying(buffer).clear()
-    else:
-        name, mode = kind.rsplit("_", 1)
-        buffer = make(name, spec, batch_size, max_length, **kwargs)
-        buffer = FunctionWrapped(buffer) if mode == "function" else buffer
-    if key is not None:
-        _LENT.append((key, buffer))
-    return buffer
-
-
 _PASSED = pytest.StashKey[bool]()
 
 
@@ -614,26 +295,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _SHELF_ON[0] = not config.getoption("--every-combination")
+    contract.shelf = None if config.getoption("--every-combination") else contract.Shelf(SHELVED_KINDS)
 
 
 @pytest.fixture(autouse=True)
 def _shelve_tf_buffers(request: pytest.FixtureRequest) -> Any:
-    """After each test, its TF buffers back on the shelf if it passed (`make_buffer`)."""
+    """After each test, its TF buffers back on the shelf if it passed (`contract.make_buffer`)."""
     yield
-    if request.node.stash.get(_PASSED, False):
-        for key, buffer in _LENT:
-            _SHELF.setdefault(key, []).append(buffer)
-    _LENT.clear()
-
-
-def underlying(buffer: Any) -> tfbuffers.ReplayBuffer:
-    return buffer.buffer if isinstance(buffer, FunctionWrapped) else buffer
-
-
-def fill(buffer: Any, num_adds: int, start: int = 0) -> None:
-    for t in range(start, start + num_adds):
-        buffer.add_batch(batch(buffer.batch_size, t))
+    if contract.shelf is not None:
+        contract.shelf.returned(request.node.stash.get(_PASSED, False))
 
 
 @pytest.fixture(params=KINDS)

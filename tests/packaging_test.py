@@ -222,6 +222,59 @@ def test_the_wheel_with_the_ray_extra_runs_a_ray_buffer_on_a_local_cluster(built
     ]
 
 
+USER_CONTRACT = """
+import numpy as np
+
+import tfbuffers.storage
+from tfbuffers.testing import contract
+from tfbuffers.testing.contract.suite import *  # noqa: F403
+
+
+class ListStorage(tfbuffers.storage.Storage):
+    # A user's storage: each field's rows in a list of arrays, one per row.
+    def __init__(self, fields, num_rows):
+        super().__init__(fields, num_rows)
+        self.rows = [
+            [np.zeros(f.spec.shape.as_list(), f.spec.dtype.as_numpy_dtype) for _ in range(num_rows)] for f in fields
+        ]
+
+    def write_rows(self, index, first_row, rows):
+        for offset, row in enumerate(rows):
+            self.rows[index][first_row + offset] = np.array(row)
+
+    def read(self, rows, fields=None):
+        chosen = range(len(self.fields)) if fields is None else fields
+        found = []
+        for i in chosen:
+            spec = self.fields[i].spec
+            out = np.empty([*np.shape(rows), *spec.shape.as_list()], spec.dtype.as_numpy_dtype)
+            flat = out.reshape(-1, *spec.shape.as_list())
+            for k, row in enumerate(np.ravel(rows)):
+                flat[k] = self.rows[i][row]
+            found.append(out)
+        return found
+
+    def nbytes(self):
+        return sum(row.nbytes for rows in self.rows for row in rows)
+
+
+CONTRACT_KINDS = contract.register(contract.with_storage("py_list", "py_uniform", ListStorage))
+"""
+
+
+def test_the_wheel_with_the_testing_extra_runs_the_contract_on_a_users_storage(built, tmp_path):
+    python = wheel_venv(built, tmp_path, "testing")
+    (tmp_path / "users_contract_test.py").write_text(USER_CONTRACT)
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "users_contract_test.py"]
+    collected = subprocess.run([*command, "--collect-only"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert collected.returncode == 0, collected.stdout[-5000:]
+    items = [line for line in collected.stdout.splitlines() if line.startswith("users_contract_test.py::")]
+    assert len(items) > 100 and all("py_list_eager" in item or "py_list_function" in item for item in items)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert f"{len(items)} passed" in run.stdout.splitlines()[-1], run.stdout[-2000:]  # every case, none skipped
+
+
 def test_the_wheel_with_the_offline_and_agents_extras_round_trips_rlds_and_minari(built, tmp_path):
     also = ("tf-agents",) if sys.version_info >= (3, 12) else ()  # the README's `pip install --no-deps tf-agents`
     python = wheel_venv(built, tmp_path, "offline", "agents", also=also)

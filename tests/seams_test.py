@@ -127,6 +127,18 @@ def test_import_cycles_are_found(tmp_path):
 PARTS = ("tfbuffers.remote.ray", "tfbuffers.remote.reverb")
 
 
+def test_only_the_public_contract_imports_pytest():
+    # tfbuffers.testing.contract's cases are a pytest suite (the `testing` extra); no other module needs pytest.
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(name.split(".")[0] == "pytest" for name in names):
+                    importers.add(path.relative_to(PACKAGE).as_posix())
+    assert importers == {"testing/contract/suite.py", "testing/contract/holding.py", "testing/contract/refusing.py"}
+
+
 def test_no_import_cycle_in_the_package():
     # The remote buffers' shared options and sharding live in tfbuffers.remote: Ray's module does not import
     # Reverb's, nor Reverb's Ray's (they did, each for what the other defined).

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from conftest import batch, fill, make_buffer, to_numpy, underlying
 
+from tfbuffers.testing import contract
+
 TESTS = pathlib.Path(__file__).resolve().parent
 
 
@@ -119,14 +121,14 @@ def test_the_slow_kinds_cases_are_found_by_kind_and_mode_or_by_bare_name_outside
 
 
 @pytest.mark.parametrize("kind", ["tf_prioritized_eager", "tf_prioritized_function", "tf_eager"])
-def test_a_shelved_buffer_comes_back_cleared_as_a_new_one_is(kind):
+def test_a_shelved_buffer_comes_back_cleared_as_a_new_one_is(kind, monkeypatch):
+    shelf = contract.Shelf(conftest.SHELVED_KINDS)
+    monkeypatch.setattr(contract, "shelf", shelf)
     buffer = make_buffer(kind)
     fill(buffer, 7)
     if underlying(buffer).prioritized:
         underlying(buffer).update_priorities(np.array([18, 19]), np.array([50.0, 0.5]))
-    key = conftest._shelf_key(kind, 3, 5, conftest.SPEC, {})
-    assert conftest._LENT[-1] == (key, buffer)
-    conftest._SHELF.setdefault(key, []).append(conftest._LENT.pop()[1])  # as the fixture does after a passed test
+    shelf.returned(passed=True)  # as the fixture does after a passed test
     again = make_buffer(kind)
     assert again is buffer
     assert int(again.num_frames()) == 0 and to_numpy(again.gather_all())["step"].shape == (3, 0)
@@ -134,6 +136,8 @@ def test_a_shelved_buffer_comes_back_cleared_as_a_new_one_is(kind):
     _, info = again.get_next(sample_batch_size=300)
     # The priorities and the largest of them are a new buffer's: each of the three frames 1/3.
     np.testing.assert_array_equal(to_numpy(info.probabilities), np.full([300], np.float32(1 / 3)))
-    assert conftest._shelf_key(kind, 3, 5, conftest.fresh_spec(), {}) is None  # another spec: never shelved
-    assert conftest._shelf_key("py_eager", 3, 5, conftest.SPEC, {}) is None  # the py kinds trace nothing to keep
-    assert conftest._shelf_key(kind, 3, 5, conftest.SPEC, {"sampler": [1]}) is None  # unhashable options
+    shelf.returned(passed=False)  # a failed case's buffers are dropped
+    assert make_buffer(kind) is not buffer
+    assert shelf.key(kind, 3, 5, conftest.fresh_spec(), {}) is None  # another spec: never shelved
+    assert shelf.key("py_eager", 3, 5, conftest.SPEC, {}) is None  # the py kinds trace nothing to keep
+    assert shelf.key(kind, 3, 5, conftest.SPEC, {"sampler": [1]}) is None  # unhashable options

@@ -16,7 +16,8 @@ frames of one segment.
     True
 
 Used by the test suite (seconds) and by `scripts/soak.py` (a soak run that
-also records memory).
+also records memory). `tfbuffers.testing.contract` is the other harness: the contract every buffer passes,
+a pytest suite to run against a storage or sampler of your own (the `testing` extra).
 """
 
 from __future__ import annotations
