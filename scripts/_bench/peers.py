@@ -1,0 +1,171 @@
+"""The peers tfbuffers is measured against: TF-Agents' buffers and its Reverb path, and cpprb."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import tempfile
+from typing import Any
+
+import tensorflow as tf
+from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
+
+from _bench.measure import System, TFBuffer, _calls, _iterate, _repeat, _reverb_checkpoint, _time
+from _bench.workloads import PRIORITY_BETA, Workload, _mid_episode, _priority_batches
+from tfbuffers import specs
+
+
+class TFAgentsTF(TFBuffer):
+    """tf_agents TFUniformReplayBuffer."""
+
+    name = "TF-Agents TF"
+
+    def __init__(self, workload: Workload) -> None:
+        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
+        super().__init__(workload, buffer)
+
+
+class TFAgentsPy(System):
+    """tf_agents PyUniformReplayBuffer: batches of one only, so one add per environment per step."""
+
+    name = "TF-Agents py"
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        spec = tensor_spec.to_nest_array_spec(workload.spec)
+        self.buffer = py_uniform_replay_buffer.PyUniformReplayBuffer(spec, workload.frames)
+
+    def add(self, batch: Any) -> None:
+        for env in range(self.workload.num_envs):
+            self.buffer.add_batch(tf.nest.map_structure(lambda x, e=env: x[e : e + 1], batch))
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        return _iterate(
+            self.buffer.as_dataset(w.sample_batch_size, w.num_steps).prefetch(tf.data.AUTOTUNE), num_batches
+        )
+
+    def get_next(self, num_batches: int) -> float:
+        w = self.workload
+        return _calls(lambda: self.buffer.get_next(w.sample_batch_size, w.num_steps), num_batches)
+
+    save_load = TFBuffer.save_load
+
+    def stored_bytes(self) -> int:
+        # Its storage is one `[capacity, *shape]` array per field of the spec (tf_agents NumpyStorage); it shows
+        # no size of its own.
+        fields = tf.nest.flatten(self.workload.spec)
+        return self.workload.frames * sum(spec.shape.num_elements() * spec.dtype.size for spec in fields)
+
+
+class TFAgentsReverb(System):
+    """TF-Agents' Reverb path: ReverbAddTrajectoryObserver per environment, ReverbReplayBuffer."""
+
+    name = "TF-Agents Reverb"
+    requires = ("reverb",)
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        import reverb
+        from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
+
+        self._checkpoint_dir = tempfile.mkdtemp(prefix="reverb-benchmark-")
+        table = reverb.Table(
+            "uniform",
+            max_size=workload.frames,
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+        )
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(self._checkpoint_dir)
+        self.server = reverb.Server([table], port=None, checkpointer=checkpointer)
+        self.buffer = reverb_replay_buffer.ReverbReplayBuffer(
+            workload.spec, "uniform", sequence_length=workload.num_steps, local_server=self.server
+        )
+        self.observers = [
+            reverb_utils.ReverbAddTrajectoryObserver(self.buffer.py_client, "uniform", workload.num_steps)
+            for _ in range(workload.num_envs)
+        ]
+
+    def prepare(self, batches: list[Any]) -> list[Any]:
+        return _mid_episode(batches)
+
+    def add(self, batch: Any) -> None:
+        for env, observer in enumerate(self.observers):
+            observer(tf.nest.map_structure(lambda x, e=env: x[e], batch))
+
+    def sample_dataset(self, num_batches: int) -> float:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
+
+    def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
+        return _reverb_checkpoint(self.buffer.py_client)
+
+    def close(self) -> None:
+        for observer in self.observers:
+            observer.close()
+        self.server.stop()
+        shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+
+class Cpprb(System):
+    """cpprb's ReplayBuffer: all environments' frames in one add, transitions (frame and next observation) sampled.
+
+    A sample of `sample_batch_size` transitions holds `sample_batch_size * 2` observations, as the other
+    systems' windows of 2 frames do (the next observation is stored once, `next_of`).
+    """
+
+    name = "cpprb uniform"
+    requires = ("cpprb",)
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(workload)
+        import cpprb
+
+        fields = specs.flatten_spec(workload.spec)  # in tf.nest's order, named by path
+        self.paths = [field.path for field in fields]
+        env_dict = {
+            field.path: {"shape": field.spec.shape.as_list() or 1, "dtype": field.spec.dtype.as_numpy_dtype}
+            for field in fields
+        }
+        self.buffer = self._make(cpprb, workload.frames, env_dict)
+
+    def _make(self, cpprb: Any, size: int, env_dict: dict[str, Any]) -> Any:
+        return cpprb.ReplayBuffer(size, env_dict, next_of=("observation",))
+
+    def add(self, batch: Any) -> None:
+        leaves = dict(zip(self.paths, tf.nest.flatten(batch)))
+        self.buffer.add(**leaves, next_observation=leaves["observation"])
+
+    def _sample(self) -> Any:
+        return self.buffer.sample(self.workload.sample_batch_size)
+
+    def get_next(self, num_batches: int) -> float:
+        self._sample()
+        return _calls(self._sample, num_batches)
+
+    def stored_bytes(self) -> int:
+        return self.buffer.get_buffer_size() * self.workload.payload_bytes  # its arrays hold the payload
+
+
+class CpprbPER(Cpprb):
+    """cpprb's PrioritizedReplayBuffer (alpha 0.6): C++ sum and min trees."""
+
+    name = "cpprb PER"
+
+    def _make(self, cpprb: Any, size: int, env_dict: dict[str, Any]) -> Any:
+        return cpprb.PrioritizedReplayBuffer(size, env_dict, alpha=0.6, next_of=("observation",))
+
+    def _sample(self) -> Any:
+        return self.buffer.sample(self.workload.sample_batch_size, beta=PRIORITY_BETA)
+
+    def sample_update(self, num_batches: int) -> float:
+        priorities = _priority_batches(self.workload)
+
+        def step(i: int) -> None:
+            self.buffer.update_priorities(self._sample()["indexes"], priorities[i % len(priorities)])
+
+        step(0)
+        return _time(lambda: _repeat(step, num_batches))
