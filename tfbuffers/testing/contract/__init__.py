@@ -263,8 +263,9 @@ def builtin_kinds() -> list[BufferKind]:
     for kind in tfbuffers.kinds.KINDS.values():
         if kind.any_spec:
             name = kind.name.removesuffix("_uniform")
-            state_format = tfbuffers.state.PRIORITIZED if kind.prioritized else tfbuffers.state.SEGMENTED
-            found.append(BufferKind(name, from_registry(kind), not kind.prioritized, state_format, kind.buffer_class))
+            found.append(
+                BufferKind(name, from_registry(kind), not kind.prioritized, _state_format(kind), kind.buffer_class)
+            )
     py = tfbuffers.kinds.KINDS["py_uniform"]
     found.append(BufferKind("py_frames", from_registry(py, frame_stacks=frame_stacked)))
     # Memory-mapped files (`directory=`): the py buffer's rows, counter and extras on the disk.
@@ -282,7 +283,8 @@ def with_storage(name: str, base: str, storage: Any) -> BufferKind:
         name,
         from_registry(kind, storage=lambda spec: storage),
         not kind.prioritized,
-        buffer_class=kind.buffer_class,
+        _state_format(kind),
+        kind.buffer_class,
         load_options={"storage": storage},
     )
 
@@ -293,9 +295,14 @@ def with_sampler(name: str, base: str, sampler: Any) -> BufferKind:
     return BufferKind(
         name,
         from_registry(kind, sampler=lambda spec: sampler),
+        state_format=_state_format(kind),
         buffer_class=kind.buffer_class,
         load_options={"sampler": sampler},
     )
+
+
+def _state_format(kind: tfbuffers.kinds.Kind) -> str:
+    return tfbuffers.state.PRIORITIZED if kind.prioritized else tfbuffers.state.SEGMENTED
 
 
 def make(name: str, spec: Any = SPEC, batch_size: int = 3, max_length: int = 5, **options: Any) -> Any:
