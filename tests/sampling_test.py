@@ -142,3 +142,25 @@ def test_a_reopened_directory_samples_with_the_sampler_it_is_given(tmp_path):
         items, _ = reopened.get_next(sample_batch_size=300)
         assert set((to_numpy(items["step"]) % 1000).tolist()) == adds
         reopened.close()
+
+
+def test_a_sampler_is_recorded_by_name_or_import_path_and_one_that_would_not_come_back_is_refused():
+    from tfbuffers.remote.options import recorded_sampler, sampler_record
+
+    assert sampler_record("prioritized", "a manifest") == "prioritized" == recorded_sampler("prioritized")
+    assert sampler_record(NewestAdds, "a manifest") == "conftest:NewestAdds"
+    assert recorded_sampler("conftest:NewestAdds") is NewestAdds
+    assert recorded_sampler("tfbuffers.sampling:UniformSampler") is sampling.UniformSampler
+    scripted = type("Scripted", (NewestAdds,), {"__module__": "__main__"})  # a class of the running script
+    for refused in (lambda *args: NewestAdds(*args), scripted):
+        with pytest.raises(ValueError) as raised:
+            sampler_record(refused, "directory=")
+        assert str(raised.value) == (
+            "sampler: expected a name of ['uniform', 'prioritized'] or a callable importable by its name (a "
+            "module-level class or function of a module other than __main__), since directory= records the "
+            f"sampler in a file; got {refused!r}"
+        )
+    with pytest.raises(ValueError, match=r"sampler: the recorded sampler 'nowhere_at_all:X' does not import here"):
+        recorded_sampler("nowhere_at_all:X")
+    with pytest.raises(ValueError, match=r"sampler: expected a name of .* or an import path module:qualname, got 'x'"):
+        recorded_sampler("x")

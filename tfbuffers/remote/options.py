@@ -11,9 +11,10 @@ from tfbuffers import sampling
 
 SAMPLERS = sampling.NAMES
 NOT_RECORDABLE = (
-    "sampler: expected a name of {names} or a callable importable by its name (a module-level class or function), "
-    "since {where} records the sampler in a file; got {received}"
+    "sampler: expected a name of {names} or a callable importable by its name (a module-level class or function "
+    "of a module other than __main__), since {where} records the sampler in a file; got {received}"
 )
+NOT_IMPORTABLE = "sampler: the recorded sampler {record!r} does not import here ({error})"
 NOT_A_RATIO = "samples_per_insert: expected a finite number > 0 or None, got {received}"
 ERROR_BUFFER_TOO_SMALL = (
     "error_buffer: expected at least max(1.0, samples_per_insert) = {minimum:g} (smaller ones can block every "
@@ -39,18 +40,23 @@ def sampler_record(sampler: Any, where: str) -> str:
     """
     if isinstance(sampler, str):
         return sampler
-    path = f"{getattr(sampler, '__module__', None)}:{getattr(sampler, '__qualname__', None)}"
+    module = getattr(sampler, "__module__", None)
+    path = f"{module}:{getattr(sampler, '__qualname__', None)}"
     try:
         found = recorded_sampler(path)
-    except (ImportError, AttributeError, ValueError):
+    except ValueError:
         found = None
-    if found is not sampler:
+    if found is not sampler or module == "__main__":  # __main__ is another module in the process that reads it
         raise ValueError(NOT_RECORDABLE.format(names=list(SAMPLERS), where=where, received=repr(sampler)))
     return path
 
 
 def recorded_sampler(record: str) -> Any:
-    """The sampler `sampler_record` wrote: the name, or the factory imported from its path."""
+    """The sampler `sampler_record` wrote: the name, or the factory imported from its path.
+
+    Raises:
+      ValueError: Naming `sampler` and the record, if it is neither a name nor an import path that imports here.
+    """
     if record in SAMPLERS:
         return record
     module, _, qualname = record.partition(":")
@@ -58,9 +64,12 @@ def recorded_sampler(record: str) -> Any:
         raise ValueError(
             f"sampler: expected a name of {list(SAMPLERS)} or an import path module:qualname, got {record!r}"
         )
-    found: Any = importlib.import_module(module)
-    for name in qualname.split("."):
-        found = getattr(found, name)
+    try:
+        found: Any = importlib.import_module(module)
+        for name in qualname.split("."):
+            found = getattr(found, name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(NOT_IMPORTABLE.format(record=record, error=error)) from error
     return found
 
 
