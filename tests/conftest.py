@@ -331,6 +331,7 @@ NEEDS_REVERB = ("tfbuffers/remote/reverb/buffer.py", "tfbuffers/manager.py")
 SLOW_MODULES = {
     "actors_test.py",
     "colabs_test.py",
+    "composition_test.py",
     "collect_test.py",
     "concurrency_test.py",
     "cross_check_test.py",

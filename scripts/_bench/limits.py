@@ -119,8 +119,8 @@ class BareVariables(TFBuffer):
         self.buffer.add_uncompiled(self._graph_batch)
 
     # Neither: it has no deterministic pass and nothing to save.
-    deterministic_pass = System.deterministic_pass  # type: ignore[assignment]
-    save_load = System.save_load  # type: ignore[assignment]
+    deterministic_pass = System.deterministic_pass
+    save_load = System.save_load
 
 
 class TFDataCeiling(System):

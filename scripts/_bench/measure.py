@@ -213,8 +213,37 @@ def _checkpoint_save_load(buffer: Any, directory: pathlib.Path) -> tuple[float, 
     return save, load, size
 
 
-class TFBuffer(System):
-    """Shared by tfbuffers' and TF-Agents' TF buffers: same constructor, same API."""
+class BufferCalls(System):
+    """The measures of a buffer of tfbuffers' API called as a program calls it: adds, datasets, `get_next`."""
+
+    buffer: Any
+
+    def add(self, batch: Any) -> None:
+        self.buffer.add_batch(batch)
+
+    def dataset(self) -> tf.data.Dataset:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def sample_dataset(self, num_batches: int) -> float | None:
+        return _iterate(self.dataset(), num_batches)
+
+    def get_next(self, num_batches: int) -> float | None:
+        w = self.workload
+        self.buffer.get_next(w.sample_batch_size, w.num_steps)
+        return _calls(lambda: self.buffer.get_next(w.sample_batch_size, w.num_steps), num_batches)
+
+    def deterministic_pass(self, num_elements: int) -> tuple[float, int] | None:
+        w = self.workload
+        dataset = self.buffer.as_dataset(w.num_envs, w.num_steps, single_deterministic_pass=True)
+        dataset = dataset.take(num_elements).prefetch(tf.data.AUTOTUNE)
+        seconds = _time(lambda: [None for _ in dataset])
+        return seconds, num_elements * w.num_envs * w.num_steps
+
+
+class TFBuffer(BufferCalls):
+    """Shared by tfbuffers' and TF-Agents' TF buffers: same constructor, same API, and calls inside graphs."""
 
     def __init__(self, workload: Workload, buffer: Any) -> None:
         super().__init__(workload)
@@ -227,9 +256,6 @@ class TFBuffer(System):
         for _ in tf.range(num_adds):
             self.buffer.add_batch(self._graph_batch)
 
-    def add(self, batch: Any) -> None:
-        self.buffer.add_batch(batch)
-
     def fill(self, batches: list[Any], bar: Any) -> None:
         self._loop(tf.constant(self.workload.max_length))
         bar.update(self.workload.frames)
@@ -238,21 +264,8 @@ class TFBuffer(System):
         self._loop(tf.constant(2))
         return _time(lambda: self._loop(tf.constant(num_adds)))
 
-    def dataset(self) -> tf.data.Dataset:
-        w = self.workload
-        dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
-    def sample_dataset(self, num_batches: int) -> float:
-        return _iterate(self.dataset(), num_batches)
-
     def sample_dataset_graph(self, num_batches: int) -> float:
         return _consume_in_graph(self.dataset(), num_batches)
-
-    def get_next(self, num_batches: int) -> float:
-        w = self.workload
-        self.buffer.get_next(w.sample_batch_size, w.num_steps)
-        return _calls(lambda: self.buffer.get_next(w.sample_batch_size, w.num_steps), num_batches)
 
     def _sample_call(self) -> Any:
         """One sample, as a learner's graph makes it (traced afresh on each call: see `executed_ops`)."""
@@ -267,17 +280,10 @@ class TFBuffer(System):
         nodes = {"sample_nodes": graph_ops(self._sample_call), "add_nodes": graph_ops(self._add_call)}
         return {"sample": executed_ops(self._sample_call), "add": executed_ops(self._add_call), **nodes}
 
-    def deterministic_pass(self, num_elements: int) -> tuple[float, int]:
-        w = self.workload
-        dataset = self.buffer.as_dataset(w.num_envs, w.num_steps, single_deterministic_pass=True)
-        dataset = dataset.take(num_elements).prefetch(tf.data.AUTOTUNE)
-        seconds = _time(lambda: [None for _ in dataset])
-        return seconds, num_elements * w.num_envs * w.num_steps
-
-    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float | None, int] | None:
         return _checkpoint_save_load(self.buffer, directory)
 
-    def stored_bytes(self) -> int:
+    def stored_bytes(self) -> int | None:
         return sum(v.shape.num_elements() * v.dtype.size for v in self.buffer.variables())
 
 

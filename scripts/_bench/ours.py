@@ -23,6 +23,7 @@ import tensorflow as tf
 import tfbuffers
 import tfbuffers.kinds
 from _bench.measure import (
+    BufferCalls,
     System,
     TFBuffer,
     _files_memory,
@@ -47,17 +48,19 @@ class OurSystem(System):
 
     kind = ""
     options: dict[str, Any] = {}  # set per generated class
+    buffer: Any
 
     def make_buffer(self, max_length: int) -> Any:
         """A new buffer of the kind, `max_length` frames per environment."""
         w = self.workload
         return tfbuffers.kinds.make(self.kind, w.spec, w.num_envs, max_length, **self.options)
 
-    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int] | None:
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float, int]:
         return _files_save_load(self.buffer, directory)
 
     def file_memory(self, directory: pathlib.Path) -> dict[str, float] | None:
-        return _files_memory(self.buffer, self.stored_bytes(), directory)
+        stored = self.stored_bytes()
+        return None if stored is None else _files_memory(self.buffer, stored, directory)
 
 
 class GraphKind(OurSystem, TFBuffer):
@@ -68,20 +71,14 @@ class GraphKind(OurSystem, TFBuffer):
         TFBuffer.__init__(self, workload, self.make_buffer(workload.max_length))
 
 
-class HostKind(OurSystem):
+class HostKind(OurSystem, BufferCalls):
     """A host kind (numpy arrays): one add per step for all environments, the TF buffer's API measured alike."""
 
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload)
         self.buffer = self.make_buffer(workload.max_length)
 
-    add = TFBuffer.add
-    dataset = TFBuffer.dataset
-    sample_dataset = TFBuffer.sample_dataset
-    get_next = TFBuffer.get_next
-    deterministic_pass = TFBuffer.deterministic_pass
-
-    def stored_bytes(self) -> int:
+    def stored_bytes(self) -> int | None:
         return self.buffer.nbytes  # rows, counter and what the sampler keeps (priorities, episode ends)
 
 
@@ -216,7 +213,7 @@ def kind_system(kind: str, variant: type | None = None) -> type[System]:
 VARIANT_NAMES = {Episodes: "episodes", FrameStacks: "frame stacks", Memmap: "memmap"}
 
 
-class TFBuffersReverb(System):
+class TFBuffersReverb(BufferCalls):
     """tfbuffers.ReverbReplayBuffer on its embedded server: one add_batch per step for all environments."""
 
     name = "tfbuffers Reverb"
@@ -236,12 +233,9 @@ class TFBuffersReverb(System):
     def prepare(self, batches: list[Any]) -> list[Any]:
         return _mid_episode(batches)
 
-    add = TFBuffer.add
-    dataset = TFBuffer.dataset
-    sample_dataset = TFBuffer.sample_dataset
-    get_next = TFBuffer.get_next
+    deterministic_pass = System.deterministic_pass  # a Reverb table has no order to read
 
-    def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
+    def save_load(self, directory: pathlib.Path) -> tuple[float, float | None, int] | None:
         return _reverb_checkpoint(self.buffer.py_client)
 
     def close(self) -> None:

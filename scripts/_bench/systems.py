@@ -54,22 +54,20 @@ REFERENCES = {
 
 # tfbuffers' systems are generated from its kinds (`ours.KINDS`, `ours.VARIANTS`); the peers and limits are written
 # out. All of them by name, in the tables' order (`names.SYSTEM_NAMES`).
-_BY_NAME = {
-    cls.name: cls
-    for cls in [
-        *ours.KINDS,
-        *ours.VARIANTS,
-        ours.TFBuffersReverb,
-        peers.TFAgentsTF,
-        peers.TFAgentsPy,
-        peers.TFAgentsReverb,
-        peers.Cpprb,
-        peers.CpprbPER,
-        limits.NumpyLimit,
-        limits.BareVariables,
-        limits.TFDataCeiling,
-    ]
-}
+_MEASURED: list[type[System]] = [
+    *ours.KINDS,
+    *ours.VARIANTS,
+    ours.TFBuffersReverb,
+    peers.TFAgentsTF,
+    peers.TFAgentsPy,
+    peers.TFAgentsReverb,
+    peers.Cpprb,
+    peers.CpprbPER,
+    limits.NumpyLimit,
+    limits.BareVariables,
+    limits.TFDataCeiling,
+]
+_BY_NAME = {cls.name: cls for cls in _MEASURED}
 SYSTEMS: list[type[System]] = [_BY_NAME[name] for name in SYSTEM_NAMES]
 
 
