@@ -69,7 +69,7 @@ def test_the_wheel_and_sdist_carry_the_license_the_typing_marker_and_the_classif
     assert sorted(Requirement(requirement).name for requirement in core) == ["numba", "numpy", "tensorflow"]
     # Extra names that the pip of Python 3.12's venv matches (it compares them unnormalized).
     assert sorted(metadata.get_all("Provides-Extra")) == [
-        "agents", "all", "dev", "files", "gymnasium", "offline", "ray", "reverb", "scripts", "test"
+        "agents", "all", "dev", "files", "gymnasium", "offline", "ray", "reverb", "scripts", "test", "testing"
     ]  # fmt: skip
 
 
