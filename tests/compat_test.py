@@ -126,6 +126,7 @@ DIRECTORIES = {
     "py_uniform_memmap": "py_uniform",
     "py_episodes_memmap": "py_episodes",
     "py_prioritized_memmap": "py_prioritized",
+    "py_frame_stacks_memmap": "py_frame_stacks",  # stacks stored whole (header version 1): opened as they are
 }
 
 

@@ -3,7 +3,8 @@
 What the code before the composition (issue 49: storages, samplers and remote buffers as parts) writes, so that
 the code after it is tested to read it (tests/compat_test.py): each kind's file (`<kind>.tfb`) and
 `tf.train.Checkpoint` (`<kind>.ckpt*`) as `tests/data/before_storage_seam/` has them for issue 30, the
-memory-mapped directories (`<kind>_memmap/`, reopened with `tfbuffers.open`), and a Ray buffer's save and
+memory-mapped directories (`<kind>_memmap/`, reopened with `tfbuffers.open`; `py_frame_stacks_memmap/` holds its
+stacks whole, as directories did before frame stacks composed with any storage), and a Ray buffer's save and
 memory-mapped directory (`ray_saved/`, `ray_memmap/`). Every buffer holds the adds that folder's `make.py` writes
 (frame `t` of segment `b` has `action = 100 * t + b`; five adds into segments of three frames) and the
 prioritized buffers' priorities of ids 4, 7 and 9 are 0.5, 2 and 3. Made by
@@ -66,12 +67,21 @@ def main() -> None:
     for name, (cls, options) in mapped.items():
         shutil.rmtree(HERE / name, ignore_errors=True)
         fill(cls(spec, **SIZE, **options, seed=0, directory=HERE / name)).close()
+    make_frame_stacks_directory()
     for name in ("ray_saved", "ray_memmap"):
         shutil.rmtree(HERE / name, ignore_errors=True)
     ray = tfbuffers.RayReplayBuffer(spec, **SIZE, sampler="prioritized", seed=0)
     fill(ray).save(HERE / "ray_saved")
     ray.close()
     fill(tfbuffers.RayReplayBuffer(spec, **SIZE, seed=0, directory=HERE / "ray_memmap")).close()
+
+
+def make_frame_stacks_directory() -> None:
+    """`py_frame_stacks_memmap/`: a directory whose header (version 1) records `frame_stacks` with stacks stored whole."""
+    name = "py_frame_stacks_memmap"
+    shutil.rmtree(HERE / name, ignore_errors=True)
+    options = {"seed": 0, "frame_stacks": "pixels", "directory": HERE / name}
+    fill(tfbuffers.PyUniformReplayBuffer(seam.STACK_SPEC, **SIZE, **options), seam.stacked).close()
 
 
 if __name__ == "__main__":
