@@ -3,10 +3,10 @@
 The contract suite runs each part against the buffer's default others (a storage written in conftest.py with the
 uniform sampler, the stateful sampler written there on the default storage). Here one case crosses them: the
 samplers (uniform, the stateful `KeptAddsUniform` written in conftest.py, prioritized) × the storages of each
-execution mode (host: numpy arrays, `DictStorage` written in conftest.py, memory-mapped files, frame stacks;
-graph: variables, `DictVariables` written in conftest.py) × eager calls or calls inside `tf.function`. Each
-combination adds until the rings wrap, reads every frame back, draws windows with exact probabilities, restores
-its state into a new buffer of the same parts, and clears.
+execution mode (host: numpy arrays, `DictStorage` written in conftest.py, memory-mapped files, and frame
+stacks wrapping each of the three; graph: variables, `DictVariables` written in conftest.py) × eager calls or
+calls inside `tf.function`. Each combination adds until the rings wrap, reads every frame back, draws windows
+with exact probabilities, restores its state into a new buffer of the same parts, and clears.
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ from conftest import (
 import tfbuffers
 
 SAMPLERS = ("uniform", "kept", "prioritized")
-STORAGES = {"host": ("numpy", "dict", "memmap", "frames"), "graph": ("variables", "dict")}
+# Frame stacks wrap a storage: "frames" wraps the default (numpy), "frames+dict" a test file's, "frames+memmap" files.
+STORAGES = {
+    "host": ("numpy", "dict", "memmap", "frames", "frames+dict", "frames+memmap"),
+    "graph": ("variables", "dict"),
+}
 # What each part is, read back from the buffer made of it.
 SAMPLER_CLASSES = {"uniform": "UniformSampler", "kept": "KeptAddsUniform", "prioritized": "PrioritizedSampler"}
 STORAGE_CLASSES = {
     ("host", "numpy"): "NumpyTable",
     ("host", "dict"): "DictStorage",
     ("host", "memmap"): "MemmapTable",
-    ("host", "frames"): "FrameStackTable",
     ("graph", "variables"): "VariableStorage",
     ("graph", "dict"): "DictVariables",
 }
@@ -56,12 +59,13 @@ def make(mode: str, sampler: str, storage: str) -> tfbuffers.ReplayBuffer:
     options: dict = {}
     if sampler == "kept":
         options["sampler"] = KeptAddsUniform
+    if storage.startswith("frames"):
+        options["frame_stacks"] = "observation/pixels"
+        storage = storage.partition("+")[2]
     if storage == "dict":
         options["storage"] = DictStorage if mode == "host" else DictVariables
     elif storage == "memmap":
         options["directory"] = new_directory()
-    elif storage == "frames":
-        options["frame_stacks"] = "observation/pixels"
     if mode == "host":
         cls = tfbuffers.PyPrioritizedReplayBuffer if sampler == "prioritized" else tfbuffers.PyUniformReplayBuffer
         return cls(SPEC, batch_size=3, max_length=5, seed=0, **options)
@@ -76,7 +80,12 @@ def test_every_sampler_on_every_storage_in_both_modes(mode, sampler, storage, wr
     buffer = FunctionWrapped(made) if wrapped == "function" else made
     assert made.prioritized == (sampler == "prioritized")
     assert type(made.sampler).__name__ == SAMPLER_CLASSES[sampler]
-    assert type(made.storage).__name__ == STORAGE_CLASSES[mode, storage]
+    wrapped_storage = storage.partition("+")[2] or "numpy"
+    if storage.startswith("frames"):
+        assert type(made.storage).__name__ == "FrameStackTable"
+        assert type(made.storage.inner).__name__ == STORAGE_CLASSES[mode, wrapped_storage]
+    else:
+        assert type(made.storage).__name__ == STORAGE_CLASSES[mode, storage]
     fill(buffer, 7)  # the rings wrap: each segment holds adds 2..6
     stored = code(np.arange(3)[:, None], np.arange(2, 7)[None, :])
     np.testing.assert_array_equal(assert_whole(buffer.gather_all()), stored)

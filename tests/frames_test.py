@@ -59,8 +59,8 @@ def test_the_same_samples_as_the_plain_buffer_on_the_same_adds(cls, stack_axis, 
     assert_same(next(iter(plain.as_dataset(8, 2))), next(iter(stacked.as_dataset(8, 2))))
     # 60 stacks of 4 frames held: the newest frame of each, the 3 older of the first stack of each segment that
     # is not a shift of its predecessor (its episode's first, or the ring's oldest), and the zero frame.
-    pool = stacked._table.pools[1]
-    handles = stacked._table.handles[1]
+    pool = stacked.storage.pools[1]
+    handles = stacked.storage.handles(1)
     assert len(pool) == len(np.unique(handles))
     assert len(pool) < 60 + 3 * 3 * 3 + 1 + 1
 
@@ -74,7 +74,7 @@ def test_memory_is_about_one_frame_per_stack():
     # Adds 700..1199 held: each stack's newest frame, and the 3 older frames of each segment's oldest stack (a
     # reset's stack is one frame repeated); every row written, so the zero frame is gone.
     held = 2 * 500
-    pool = stacked._table.pools[1]
+    pool = stacked.storage.pools[1]
     assert len(pool) == 2 * (500 + DEPTH - 1)
     pixels = SIDE * SIDE * DEPTH
     assert plain._table.nbytes() == held * (pixels + 8)
@@ -208,8 +208,8 @@ def test_adds_after_a_clear_or_restore_stay_exact():
         stacked.add_batch(items)
     assert_same(plain.gather_all(), stacked.gather_all())
     assert_same(plain.get_next(20, 2), stacked.get_next(20, 2))
-    pool = stacked._table.pools[1]
-    assert len(pool) == len(np.unique(stacked._table.handles[1]))  # nothing held that no row holds
+    pool = stacked.storage.pools[1]
+    assert len(pool) == len(np.unique(stacked.storage.handles(1)))  # nothing held that no row holds
 
 
 def test_nbytes_counts_each_distinct_frame_once():

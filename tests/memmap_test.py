@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers.storage import memmap
+from tfbuffers.storage import FrameStackTable, memmap
 
 SPEC = {
     "obs": tf.TensorSpec([3], tf.float32),
@@ -291,7 +291,8 @@ def _retype_priorities(directory):
 REFUSALS = {
     "another version": (
         lambda d: _edit_header(d, _set_version),
-        r"header.json: format and version: expected \('tfbuffers-memmap', 1\), got \('tfbuffers-memmap', 99\)",
+        r"header.json: format and version: expected \('tfbuffers-memmap', 2\) \(or version 1\), "
+        r"got \('tfbuffers-memmap', 99\)",
     ),
     "a spec that is not its data files'": (
         lambda d: _edit_header(d, _set_field_shape),
@@ -614,5 +615,96 @@ def test_memory_mapped_files_are_a_storage_like_the_others_and_directory_is_its_
         STACK_SPEC, **SIZE, frame_stacks="pixels", storage=memmap.MemmapStorage(tmp_path / "f")
     )
     drive([stacked], STACK_SPEC, 3)
-    assert stacked.frame_stacks == "pixels" and type(stacked.storage) is memmap.MemmapTable  # stacks stored whole
+    assert stacked.frame_stacks == "pixels" and type(stacked.storage) is FrameStackTable  # stacks over the files
+    assert type(stacked.storage.inner) is memmap.MemmapTable and stacked.directory == tmp_path / "f"
     assert contents(stacked)["pixels"][:, -1, 0, 0, :].tolist() == [[0, 0, 1, 2]] * 2
+
+
+PIXELS = {"pixels": tf.TensorSpec([16, 16, 4], tf.uint8), "code": tf.TensorSpec([], tf.int64)}
+
+
+def shifting_stacks(num_adds, batch_size=2, seed=0):
+    """Atari-style adds: each segment's stack is its previous one shifted by a new random frame."""
+    rng = np.random.default_rng(seed)
+    stacks = rng.integers(0, 256, [batch_size, 16, 16, 4], dtype=np.uint8)
+    for t in range(num_adds):
+        stacks = np.concatenate([stacks[..., 1:], rng.integers(0, 256, [batch_size, 16, 16, 1], np.uint8)], -1)
+        yield {"pixels": stacks, "code": 1000 * np.arange(batch_size) + t}
+
+
+def test_frame_stacks_over_memory_mapped_files_keep_each_frame_once_on_the_disk(tmp_path):
+    directory, size = tmp_path / "b", {"batch_size": 2, "max_length": 200}
+    on_disk = tfbuffers.PyUniformReplayBuffer(PIXELS, **size, seed=7, frame_stacks="pixels", directory=directory)
+    plain = tfbuffers.PyUniformReplayBuffer(PIXELS, **size, seed=7)
+    adds = list(shifting_stacks(530))
+    for items in adds[:500]:  # the rings wrap twice
+        on_disk.add_batch(items)
+        plain.add_batch(items)
+    assert_same(contents(on_disk), contents(plain))
+    assert_same(on_disk.get_next(16, 2), plain.get_next(16, 2))
+    # The stacks' field holds 4 handles a row; the frames are a pool file beside it.
+    header = json.loads((directory / memmap.HEADER).read_text())
+    assert header["version"] == 2
+    assert [(f["path"], f["dtype"], f["shape"]) for f in header["fields"]] == [
+        ("code", "int64", []),
+        ("pixels", "int64", [4]),
+    ]
+    slots = (400 + 2) * 4  # every row's 4 frames, and one add's new ones before its old ones go
+    assert header["pools"] == [
+        {"name": "frames/pixels", "dtype": "uint8", "shape": [slots, 16, 16], "file": "pools/frames_pixels.npy"}
+    ]
+    pool = on_disk.storage.pools[1]
+    assert len(pool) == len(np.unique(on_disk.storage.handles(1))) == 2 * (200 + 3)  # a new frame a stack
+    # A sparse file: its pages on the disk are the frames written, not the most it can hold.
+    pool_file = directory / "pools" / "frames_pixels.npy"
+    assert pool_file.stat().st_size > slots * 256
+    assert pool_file.stat().st_blocks * 512 < (len(pool) + 2 * 4 + 64) * 256, pool_file.stat().st_blocks
+    on_disk.close()
+    # Reopened: the rows, the frames and their counts as they were; then on, exactly as the plain buffer.
+    reopened = tfbuffers.open(directory, seed=7)
+    assert type(reopened.storage) is FrameStackTable and reopened.frame_stacks == "pixels"
+    assert_same(contents(reopened), contents(plain))
+    assert len(reopened.storage.pools[1]) == len(pool)
+    again = tfbuffers.PyUniformReplayBuffer(PIXELS, **size, seed=7)
+    again.restore_state(plain.state())
+    assert_same(reopened.get_next(16, 2), again.get_next(16, 2))
+    for items in adds[500:]:
+        reopened.add_batch(items)
+        plain.add_batch(items)
+    assert_same(contents(reopened), contents(plain))
+    assert len(reopened.storage.pools[1]) == len(np.unique(reopened.storage.handles(1))) == 2 * (200 + 3)
+    reopened.clear()
+    plain.clear()
+    for items in adds[:3]:
+        reopened.add_batch(items)
+        plain.add_batch(items)
+    assert_same(contents(reopened), contents(plain))
+    reopened.close()
+
+
+@pytest.mark.parametrize("adds", [13, 3], ids=["ring full", "ring filling"])
+def test_a_frame_stack_add_cut_short_is_undone_with_its_frames(adds, tmp_path):
+    # The journal puts back the add's handles; the frames they name are still in the pool file: an add writes
+    # new frames only into slots no row holds, and releases the old ones after its rows.
+    directory, size = tmp_path / "b", {"batch_size": 2, "max_length": 5}
+    on_disk = tfbuffers.PyUniformReplayBuffer(PIXELS, **size, seed=1, frame_stacks="pixels", directory=directory)
+    in_ram = tfbuffers.PyUniformReplayBuffer(PIXELS, **size, seed=1)
+    stream = list(shifting_stacks(adds + 2))
+    for items in stream[:adds]:
+        on_disk.add_batch(items)
+        in_ram.add_batch(items)
+    table = on_disk.storage
+    with on_disk._lock:  # add number `adds` as far as its writes go, without its commit
+        table.write_block(2 * (adds % 5), tf.nest.flatten(stream[adds]))
+    if adds > 5:
+        assert contents(on_disk)["code"][:, 0].tolist() == [adds, 1000 + adds]  # torn: the oldest rows overwritten
+    table.inner._finalizer()  # the process dies: its lock goes, nothing is closed
+    del on_disk, table
+    reopened = tfbuffers.open(directory, seed=1)
+    assert_same(contents(reopened), contents(in_ram))
+    assert len(reopened.storage.pools[1]) == len(np.unique(reopened.storage.handles(1)))
+    for items in stream[adds:]:
+        reopened.add_batch(items)
+        in_ram.add_batch(items)
+    assert_same(contents(reopened), contents(in_ram))
+    reopened.close()

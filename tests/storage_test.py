@@ -112,10 +112,33 @@ def test_the_device_is_the_storage_s_and_its_ops_run_there():
     assert {v.device for v in buffer.variables()} == {"/job:localhost/replica:0/task:0/device:CPU:0"}
 
 
-def test_a_storage_with_frame_stacks_is_refused():
-    spec = {"pixels": tf.TensorSpec([2, 2, 4], tf.uint8)}
-    with pytest.raises(ValueError, match="storage: expected None with frame_stacks"):
-        tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=3, frame_stacks="pixels", storage=DictStorage)
+def test_frame_stacks_wrap_a_storage_written_in_a_test_file():
+    # The storage holds the stacks' handles (int64[depth]); each distinct frame is stored once, beside it.
+    spec = {"pixels": tf.TensorSpec([2, 2, 4], tf.uint8), "step": tf.TensorSpec([], tf.int64)}
+    stacked = tfbuffers.PyUniformReplayBuffer(
+        spec, batch_size=2, max_length=3, seed=4, frame_stacks="pixels", storage=DictStorage
+    )
+    plain = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=3, seed=4)
+    assert type(stacked.storage) is FrameStackTable and type(stacked.storage.inner) is DictStorage
+    assert stacked.storage.inner.rows["pixels"].shape == (6, 4)
+    assert stacked.storage.inner.rows["pixels"].dtype == np.int64
+    for t in range(5):  # stack t holds frames t-3..t, each frame all one value; the rings wrap
+        frames = np.maximum(np.arange(t - 3, t + 1), 0).astype(np.uint8)
+        items = {"pixels": np.broadcast_to(frames, [2, 2, 2, 4]).copy(), "step": np.array([t, 100 + t])}
+        stacked.add_batch(items)
+        plain.add_batch(items)
+    for received, expected in zip(tf.nest.flatten(stacked.gather_all()), tf.nest.flatten(plain.gather_all())):
+        np.testing.assert_array_equal(received, expected)
+    items, _ = stacked.get_next(sample_batch_size=8, num_steps=2)
+    expected, _ = plain.get_next(sample_batch_size=8, num_steps=2)
+    np.testing.assert_array_equal(items["pixels"], expected["pixels"])
+    # Adds 2, 3, 4 held: frames 0..4, one slot each (a frame of one value, whichever segment and stack hold it).
+    assert len(stacked.storage.pools[0]) == 5
+    handles = stacked.storage.inner.rows["pixels"]
+    np.testing.assert_array_equal(stacked.storage.handles(0), handles)
+    frames = stacked.storage.pools[0].gather(handles)[..., 0, 0]  # each frame's one value, by row and position
+    np.testing.assert_array_equal(frames, stacked.storage.read_rows(0, 0, 6)[:, 0, 0, :])
+    assert sorted(np.unique(frames).tolist()) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("name", ["py_prioritized", "py_dict", "tf_prioritized"])

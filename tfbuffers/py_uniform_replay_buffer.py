@@ -141,9 +141,10 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             Frames are matched by their bytes, never by hash alone.
           storage: Where the rows live: `(fields, num_rows) -> tfbuffers.storage.Storage`
             (a `Storage` subclass, or `tfbuffers.storage.memmap.MemmapStorage(directory)`, for example);
-            numpy arrays in RAM by default. Not with `frame_stacks`, which is a storage of its own
-            (but for memory-mapped files, which keep stacks whole). Files do not record it: pass it
-            again to `load` (where it replaces the frame stacks a file records).
+            numpy arrays in RAM by default. With `frame_stacks`, the stacks wrap it: it holds their
+            handles, and each distinct frame is kept once (memory-mapped files keep the frames in a
+            pool file beside the rows). Files do not record it: pass it again to `load` (where it
+            replaces the frame stacks a file records).
           sampler: Which windows a sample draws: `(buffer_name, batch_size, max_length) ->
             tfbuffers.sampling.Sampler` (a `Sampler` subclass, for example); uniform over the
             stored windows by default (`UniformSampler`, also by its name "uniform"; the names are
@@ -154,8 +155,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             outlives the process (`flush()`, `close()`; reopened with `tfbuffers.open(directory)`).
             Samples, probabilities and `gather_all` are exactly those of the buffer in RAM. The
             shorthand of `storage=tfbuffers.storage.memmap.MemmapStorage(directory)`, so not with `storage`;
-            with `frame_stacks`, stacks are stored whole on the disk (the option is kept for files
-            and reopening).
+            with `frame_stacks`, each distinct frame is stored once on the disk too.
 
         Raises:
           TypeError: If an argument has the wrong type, or neither `capacity`

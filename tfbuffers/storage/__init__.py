@@ -25,12 +25,14 @@ Two interfaces, one per way a buffer runs, one module each:
 
 * `Storage` (`tfbuffers.storage.base`), numpy on the host, for the py buffers (`PyUniformReplayBuffer`,
   `PyPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows) -> Storage`.
-  tfbuffers has numpy arrays in RAM (`NumpyTable`, the default: `tables`), the frame-stack pool
-  (`FrameStackTable`, made by `frame_stacks=`: `frame_stacks`) and memory-mapped files
-  (`storage=tfbuffers.storage.memmap.MemmapStorage(directory)`, or `directory=` for short). A new one (files
-  on disk, another process) implements the three abstract methods; the contract, files, state and
-  fuzz tests run on it through one entry in the test registry. A storage that outlives its buffer
-  uses two hooks: `attach` (the buffer's segments) and `ready` (the buffer built: a `Recovery`).
+  tfbuffers has numpy arrays in RAM (`NumpyTable`, the default: `tables`) and memory-mapped files
+  (`storage=tfbuffers.storage.memmap.MemmapStorage(directory)`, or `directory=` for short); frame stacks
+  (`FrameStackTable`, made by `frame_stacks=`: `frame_stacks`) wrap any of them, the stacks kept as handles
+  among its rows and each distinct frame once, in the storage's `pool` (a sparse file beside memory-mapped
+  rows) or in RAM. A new one (files on disk, another process) implements the three abstract methods; the
+  contract, files, state and fuzz tests run on it through one entry in the test registry. A storage that
+  outlives its buffer uses two hooks: `attach` (the buffer's segments) and `ready` (the buffer built: a
+  `Recovery`), and keeps the frame stacks' frames with its rows by `pool`.
 * `GraphStorage` (`tfbuffers.storage.graph`), in the graph, for the TF buffers (`TFUniformReplayBuffer`,
   `TFPrioritizedReplayBuffer`), which take any: `storage=` a callable `(fields, num_rows, device) ->
   GraphStorage`, its reads and writes ops. tfbuffers has one `tf.Variable` per field
@@ -57,7 +59,13 @@ from typing import Any
 from tfbuffers._factories import made
 from tfbuffers.specs import Field
 from tfbuffers.storage.base import Recovery, Storage, StorageFactory
-from tfbuffers.storage.frame_stacks import FRAME_STACK_AXIS, FRAME_STACKS, FrameStackTable, frame_stack_axes
+from tfbuffers.storage.frame_stacks import (
+    FRAME_STACK_AXIS,
+    FRAME_STACKS,
+    FrameStackTable,
+    frame_stack_axes,
+    handle_fields,
+)
 from tfbuffers.storage.graph import GraphStorage, GraphStorageFactory, VariableStorage
 from tfbuffers.storage.tables import NumpyTable
 
@@ -76,6 +84,7 @@ __all__ = [
     "StorageFactory",
     "VariableStorage",
     "frame_stack_axes",
+    "handle_fields",
     "make",
     "make_graph",
 ]
@@ -84,25 +93,27 @@ NOT_A_STORAGE = "storage: expected a callable (fields, num_rows) -> tfbuffers.st
 NOT_A_GRAPH_STORAGE = (
     "storage: expected a callable (fields, num_rows, device) -> tfbuffers.storage.GraphStorage, got {received}"
 )
+# No longer raised: frame stacks wrap any storage (issue 49); kept, as every public name is.
 STORAGE_AND_STACKS = "storage: expected None with frame_stacks (frame stacks are a storage of their own), got both"
 
 
 def make(storage: StorageFactory | None, fields: Sequence[Field], num_rows: int, frame_stacks: Any = None) -> Storage:
     """The storage of a py buffer's `storage=` and `frame_stacks=` (see `PyUniformReplayBuffer`), checked.
 
+    With both, the stacks wrap the storage (`FrameStackTable`), which `storage=` makes for their handle fields.
+
     Raises:
-      TypeError, ValueError: Naming the option, if either is not what the py buffers take, or both are given.
+      TypeError, ValueError: Naming the option, if either is not what the py buffers take.
     """
     stacks = frame_stack_axes(fields, frame_stacks)
     if getattr(storage, "stores_frame_stacks_whole", False):
-        stacks = {}  # checked above; such a storage (memory-mapped files) keeps the option but stores stacks whole
-    if stacks and storage is not None:
-        raise ValueError(STORAGE_AND_STACKS)
-    if stacks:
-        return FrameStackTable(fields, num_rows, stacks)
+        stacks = {}  # checked above; a directory written before frame stacks composed keeps the stacks whole
+    inner = handle_fields(fields, stacks)  # the fields the storage holds: handles in place of stacks
     if storage is None:
-        return NumpyTable(fields, num_rows)
-    return made(storage, (fields, num_rows), Storage, NOT_A_STORAGE)
+        table: Storage = NumpyTable(inner, num_rows)
+    else:
+        table = made(storage, (inner, num_rows), Storage, NOT_A_STORAGE)
+    return FrameStackTable(fields, num_rows, stacks, table) if stacks else table
 
 
 def make_graph(

@@ -45,6 +45,16 @@ class Storage(abc.ABC):
         array = self.extras[name] = np.array(initial, copy=True)
         return array
 
+    def pool(self, name: str, shape: Sequence[int], dtype: Any) -> np.ndarray | None:
+        """A large array named `name` for a wrapper to keep beside the rows, zeros at first; None by default.
+
+        The frames stored once of `frame_stacks` (`FrameStackTable`), which writes a slot only where no row
+        refers, lowest slots first, and asks once, when attached. None (the default): the wrapper keeps its
+        own in RAM, grown as needed. A storage whose rows outlive the process keeps it with them, unjournaled
+        (`tfbuffers.storage.memmap`: a sparse file, whose pages the disk holds only once written).
+        """
+        return None
+
     def attach(self, batch_size: int, max_length: int) -> None:  # noqa: B027 (most storages need no sizes)
         """The buffer's segments: told once, after the storage is made and before any `extra` is asked for.
 

@@ -52,9 +52,15 @@ class FrameBuffer(tf.train.experimental.PythonState):
     (2, 2, 3)
     """
 
-    def __init__(self, capacity_hint: int = INITIAL_SLOTS) -> None:
-        """An empty pool; `capacity_hint` frames are reserved once the first frame fixes shape and dtype."""
+    def __init__(self, capacity_hint: int = INITIAL_SLOTS, frames: np.ndarray | None = None) -> None:
+        """An empty pool; `capacity_hint` frames are reserved once the first frame fixes shape and dtype.
+
+        With `frames` (`[slots, *frame shape]`, an array a storage keeps: a memory-mapped file), the pool's
+        frames are that array, never grown: slots are written only as frames are added, lowest first, and a
+        freed slot is reused before a new one is taken. `recount` then takes the references its rows hold.
+        """
         self._capacity_hint = max(int(capacity_hint), 1)
+        self._given = frames
         self.clear()
 
     def clear(self) -> None:
@@ -62,6 +68,8 @@ class FrameBuffer(tf.train.experimental.PythonState):
         self._frames: np.ndarray | None = None  # [slots, *frame shape], allocated at the first frame
         self._counts = np.zeros(0, np.int64)
         self._hashes = np.zeros(0, np.int64)
+        if self._given is not None:
+            self._allocate(self._given[0], len(self._given))
         self._index: dict[int, list[int]] = {}  # hash -> slots holding frames of that hash
         self._free: list[int] = []
         self._top = 0  # slots at or above it were never used: their pages are never touched
@@ -202,15 +210,48 @@ class FrameBuffer(tf.train.experimental.PythonState):
         assert self._frames is not None
         return np.take(self._frames, handles, axis=0)
 
+    def recount(self, handles: np.ndarray, like: np.ndarray) -> None:
+        """Takes `handles` (any shape) as every reference there is: each frame's count its occurrences.
+
+        For frames that outlive the pool (a storage's rows of handles, and its `frames`): a slot no handle
+        holds is free. A new pool (no `frames` given) is first given `like`, the all-zero frame, as handle 0:
+        the handle of rows never written.
+
+        Raises:
+          ValueError: If a handle is not a slot of the pool (rows and frames that do not belong together).
+        """
+        if self._frames is None:
+            self._allocate(like, max(self._capacity_hint, 1))
+        assert self._frames is not None
+        flat = np.asarray(handles, np.int64).ravel()
+        if flat.size and (flat.min() < 0 or flat.max() >= len(self._frames)):
+            bad = flat[(flat < 0) | (flat >= len(self._frames))][0]
+            raise ValueError(UNKNOWN_HANDLE.format(handle=int(bad)))
+        self._counts = np.bincount(flat, minlength=len(self._frames)).astype(np.int64)
+        held = np.flatnonzero(self._counts)
+        self._top = int(held[-1]) + 1 if held.size else 0
+        self._free = np.flatnonzero(self._counts[: self._top] == 0)[::-1].tolist()  # popped lowest first
+        self._index = {}
+        for slot in held.tolist():
+            key = _frame_hash(self._frames[slot].tobytes())
+            self._hashes[slot] = key
+            self._index.setdefault(key, []).append(slot)
+        self._held = int(held.size)
+
     def _allocate(self, like: np.ndarray, slots: int) -> None:
-        self._frames = np.zeros((slots, *like.shape), like.dtype)  # calloc: pages touched when written
-        self._counts = np.zeros(slots, np.int64)
-        self._hashes = np.zeros(slots, np.int64)
+        if self._given is not None:
+            self._frames = self._given
+        else:
+            self._frames = np.zeros((slots, *like.shape), like.dtype)  # calloc: pages touched when written
+        self._counts = np.zeros(len(self._frames), np.int64)
+        self._hashes = np.zeros(len(self._frames), np.int64)
 
     def _new_slot(self) -> int:
         if self._free:
             return self._free.pop()
         assert self._frames is not None
+        if self._top == len(self._frames) and self._given is not None:
+            raise RuntimeError(f"frames: all {self._top} slots of the storage's pool are held")  # sized never to be
         if self._top == len(self._frames):  # grow by half: the untouched part costs no memory
             grown = len(self._frames) + len(self._frames) // 2 + 1
             frames = np.zeros((grown, *self._frames.shape[1:]), self._frames.dtype)

@@ -13,7 +13,9 @@
 The directory holds `header.json` (the format version, the buffer's class, data spec, sizes and
 options, and every file's dtype and shape: written once, at construction), one `.npy` file per field
 (`fields/<i>.npy`, `[num_rows, *shape]`) and per extra (`extras/`: a prioritized buffer's priorities and
-sum tree, an episode-aware buffer's record of episode ends), `state.npy` (the add counter and the
+sum tree, an episode-aware buffer's record of episode ends), per pool (`pools/`: with `frame_stacks`,
+each distinct frame once, its field's rows holding handles; a sparse file of the most frames the rows can
+hold, whose pages the disk takes only as frames are written), `state.npy` (the add counter and the
 words below), the journal of the add in progress (`journal/`) and `lock`. Every file is mapped with
 `numpy.memmap` (`MAP_SHARED`): a write is in the kernel's page cache when it returns, and the pages
 count as file-backed memory, not as the process's own (`RssFile`, not `RssAnon`, in
@@ -64,7 +66,8 @@ from tfbuffers.specs import Field
 from tfbuffers.storage import NumpyTable, Recovery
 
 FORMAT = "tfbuffers-memmap"
-VERSION = 1
+VERSION = 2  # 2: frame stacks kept as handles and a pool of frames (`pools`); 1 (opened): stacks stored whole
+VERSIONS = (1, VERSION)
 HEADER = "header.json"
 STATE = "state.npy"
 LOCK = "lock"
@@ -173,10 +176,16 @@ class Header:
                 BAD_HEADER.format(file=self.path, what="JSON", expected="a header", received=error)
             ) from None
         found = (self.content.get("format"), self.content.get("version"))
-        if found != (FORMAT, VERSION):
+        if found[0] != FORMAT or found[1] not in VERSIONS:
+            expected = f"{(FORMAT, VERSION)} (or version {', '.join(map(str, VERSIONS[:-1]))})"
             raise ValueError(
-                BAD_HEADER.format(file=self.path, what="format and version", expected=(FORMAT, VERSION), received=found)
+                BAD_HEADER.format(file=self.path, what="format and version", expected=expected, received=found)
             )
+
+    @property
+    def version(self) -> int:
+        """The format version the directory was written in (1: frame stacks stored whole)."""
+        return int(self.content["version"])
 
     @property
     def buffer(self) -> str:
@@ -205,6 +214,8 @@ class Header:
             )
         for entry in self.content["extras"]:
             check_array_file(self.directory / entry["file"], entry["shape"], entry["dtype"], f"extra {entry['name']}")
+        for entry in self.content.get("pools", []):
+            check_array_file(self.directory / entry["file"], entry["shape"], entry["dtype"], f"pool {entry['name']}")
         check_array_file(self.directory / STATE, [WORDS], np.int64, "state words")
 
 
@@ -214,11 +225,10 @@ class MemmapStorage:
     `PyUniformReplayBuffer(spec, ..., storage=MemmapStorage("replay/"))` is what `directory="replay/"` does: a
     new or empty directory, which outlives the buffer (see the module). `MemmapStorage(directory, reopen=True)`
     maps a directory that holds a buffer again (what `tfbuffers.open` passes). With `frame_stacks`, the
-    option is checked and kept (files, reopening), and the stacks are stored whole on the disk.
+    stacks wrap it (`tfbuffers.storage.FrameStackTable`): their fields' rows hold handles, and each distinct
+    frame is kept once in a pool file beside them (`pools/`); a directory of format version 1 (before
+    frame stacks composed with storages) holds its stacks whole, and is reopened so.
     """
-
-    stores_frame_stacks_whole = True
-    """Read by `tfbuffers.storage.make`: `frame_stacks` is checked and recorded, not applied."""
 
     def __init__(self, directory: str | os.PathLike, *, reopen: bool = False) -> None:
         """A storage factory for a new (or empty) `directory`, or (`reopen`) for the buffer it holds.
@@ -233,6 +243,11 @@ class MemmapStorage:
     def __call__(self, fields: Sequence[Field], num_rows: int) -> MemmapTable:
         """The storage: the directory's lock taken, its files made or (reopened) checked and mapped."""
         return MemmapTable(self.directory, fields, num_rows, reopen=self._header)
+
+    @property
+    def stores_frame_stacks_whole(self) -> bool:
+        """Read by `tfbuffers.storage.make`: a reopened directory of version 1 holds its stacks whole."""
+        return self._header is not None and self._header.version == 1
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.directory)!r}{', reopened' if self._header else ''})"
@@ -283,6 +298,7 @@ class MemmapTable(NumpyTable):
         self._maps: dict[str, np.memmap] = {}  # every mapped file by its path under the directory
         self._journals: list[np.ndarray] = []
         self._row_extras: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (array, its journal)
+        self._pools: list[dict[str, Any]] = []  # the header's entries
         self._unflushed = False
         self._state = self._map(STATE, (WORDS,), np.int64, None if reopen else np.zeros(WORDS, np.int64))
         if reopen is not None:
@@ -383,6 +399,17 @@ class MemmapTable(NumpyTable):
                 array[first : first + count] = journal[:count]
         return array
 
+    def pool(self, name: str, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """The pool `name` in `pools/`: a new sparse file of zeros, or a reopened directory's (see `Storage.pool`).
+
+        Not journaled: its user writes only slots no row refers to, so an add undone from the journal finds
+        its rows' frames as they were.
+        """
+        file = f"pools/{_safe(name)}.npy"
+        array = self._map(file, shape, dtype, None if self._reopened else 0)
+        self._pools.append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape), "file": file})
+        return array
+
     def describe(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The header's `fields` and `extras` entries."""
         fields = [
@@ -421,6 +448,7 @@ class MemmapTable(NumpyTable):
             "options": dict(options()),
             "fields": fields,
             "extras": extras,
+            "pools": self._pools,
         }
         self.flush()
         temporary = self.directory / f".{HEADER}.tmp"

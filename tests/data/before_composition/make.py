@@ -77,7 +77,7 @@ def main() -> None:
 
 
 def make_frame_stacks_directory() -> None:
-    """`py_frame_stacks_memmap/`: a directory whose header (version 1) records `frame_stacks` with stacks stored whole."""
+    """`py_frame_stacks_memmap/`: a directory whose header (version 1) records `frame_stacks`, stacks stored whole."""
     name = "py_frame_stacks_memmap"
     shutil.rmtree(HERE / name, ignore_errors=True)
     options = {"seed": 0, "frame_stacks": "pixels", "directory": HERE / name}
