@@ -472,7 +472,8 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     for name, result in results["workloads"].items():
         measures = result["measures"]
         # Frame stacks need stacked observations: the atari workload only.
-        present = systems - ({"tfbuffers py frame stacks"} if name == "control" else set())
+        stacks = {"tfbuffers py frame stacks", "tfbuffers py frame stacks memmap"}
+        present = systems - (stacks if name == "control" else set())
         assert set(measures["add_eager"]) == present - {"tf.data ceiling"}
         assert (
             set(measures["add_graph"])
@@ -494,6 +495,7 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         } | (systems & {"cpprb PER"})
         # The memory-mapped buffers: opened at two sizes (the smaller an eighth), their own memory measured.
         memmap = {"tfbuffers py memmap", "tfbuffers py prioritized memmap"}
+        memmap |= {"tfbuffers py frame stacks memmap"} if name != "control" else set()
         assert set(result["open"]) == memmap
         envs, stored = result["workload"]["num_envs"], result["workload"]["frames"]
         sizes = [envs * (stored // envs // 8), stored]
@@ -551,7 +553,7 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
 
 def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
     """The atari workload (stacked uint8 frames), on the systems its frame stacks are compared with."""
-    systems = "tfbuffers py,tfbuffers py frame stacks"
+    systems = "tfbuffers py,tfbuffers py frame stacks,tfbuffers py frame stacks memmap"
     argv = ["--quick", "--repetitions", "1", "--workloads", "atari", "--systems", systems, "--actors", "0"]
     assert benchmark.main([*argv, "--output-dir", str(tmp_path), "--no-progress"]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
@@ -559,9 +561,11 @@ def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
     assert result["workload"]["name"] == "atari" and set(results["systems"]) == set(systems.split(","))
     assert set(result["measures"]["get_next"]) == set(systems.split(","))
     assert all(entry["median"] > 0 for m in result["measures"].values() for entry in m.values())
-    stacked = result["memory"]["tfbuffers py frame stacks"]["stored_bytes_per_frame"]
-    assert stacked < 0.3 * result["workload"]["payload_bytes"]
+    for name in ("tfbuffers py frame stacks", "tfbuffers py frame stacks memmap"):  # in RAM, and over the files
+        stacked = result["memory"][name]["stored_bytes_per_frame"]
+        assert stacked < 0.3 * result["workload"]["payload_bytes"], name
     assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
+    assert "tfbuffers py frame stacks memmap / tfbuffers py frame stacks" in result["ratios"]["get_next"]
     assert "actors" not in result  # --actors 0
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

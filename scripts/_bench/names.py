@@ -9,7 +9,7 @@ SYSTEM_NAMES = (
     "tfbuffers TF", "TF-Agents TF", "tfbuffers py", "TF-Agents py", "tfbuffers TF prioritized",
     "tfbuffers py prioritized", "tfbuffers TF episodes", "tfbuffers py episodes",
     "tfbuffers TF prioritized episodes", "tfbuffers py prioritized episodes", "tfbuffers py frame stacks",
-    "tfbuffers py memmap", "tfbuffers py prioritized memmap",
+    "tfbuffers py memmap", "tfbuffers py prioritized memmap", "tfbuffers py frame stacks memmap",
     "cpprb uniform", "cpprb PER", "tfbuffers Reverb", "TF-Agents Reverb", "numpy limit", "bare tf.Variable",
     "tf.data ceiling",
 )  # fmt: skip

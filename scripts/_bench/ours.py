@@ -167,7 +167,8 @@ class Memmap:
     def make_buffer(self, max_length: int) -> Any:
         directory = pathlib.Path(tempfile.mkdtemp(dir=self._root)) / "buffer"
         w = self.workload
-        return tfbuffers.kinds.make(self.kind, w.spec, w.num_envs, max_length, directory=directory)  # type: ignore[attr-defined]
+        options = {**getattr(self, "options", {}), "directory": directory}  # and another variant's (frame stacks)
+        return tfbuffers.kinds.make(self.kind, w.spec, w.num_envs, max_length, **options)  # type: ignore[attr-defined]
 
     def open_times(self, batches: list[Any]) -> dict[str, float]:
         """`tfbuffers.open` (median of 3) on a full buffer of 1/8 the capacity and on this one, by frames stored."""
@@ -193,17 +194,19 @@ class Memmap:
         shutil.rmtree(self._root, ignore_errors=True)
 
 
-def kind_system(kind: str, variant: type | None = None) -> type[System]:
-    """The system of `kind` (`tfbuffers.kinds`), with `variant`'s option if one is given, named as the tables do."""
+def kind_system(kind: str, *variants: type) -> type[System]:
+    """The system of `kind` (`tfbuffers.kinds`), with each variant's option, named as the tables do."""
     found = tfbuffers.kinds.KINDS[kind]
     mode = HostKind if found.host else GraphKind
     bases: tuple[type, ...] = (Prioritized, mode) if found.prioritized else (mode,)
-    name = KIND_NAMES[kind]
-    if variant is not None:
-        bases = (variant, *bases)
-        name = f"{name} {VARIANT_NAMES[variant]}"
-    options = getattr(variant, "options", {}).items()
-    option = getattr(variant, "described", "") or ", ".join(f"{key}={value!r}" for key, value in options)
+    name = " ".join([KIND_NAMES[kind], *(VARIANT_NAMES[variant] for variant in variants)])
+    bases = (*variants, *bases)
+    described = [
+        getattr(variant, "described", "")
+        or ", ".join(f"{key}={value!r}" for key, value in getattr(variant, "options", {}).items())
+        for variant in variants
+    ]
+    option = ", ".join(described)
     doc = f"tfbuffers.{found.class_name}({option or '...'}), made as tfbuffers.kinds' {kind!r} kind."
     words = name.replace("tfbuffers", "TFBuffers").split()
     class_name = "".join(word if word[0].isupper() else word.capitalize() for word in words)  # TFBuffersPyMemmap
@@ -250,4 +253,5 @@ VARIANTS = [
     *(kind_system(kind, FrameStacks) for kind in KIND_NAMES if not tfbuffers.kinds.KINDS[kind].prioritized
       and tfbuffers.kinds.KINDS[kind].host),
     *(kind_system(kind, Memmap) for kind in KIND_NAMES if tfbuffers.kinds.KINDS[kind].host),
+    kind_system("py_uniform", FrameStacks, Memmap),  # the two options composed: frame stacks over the files
 ]  # fmt: skip

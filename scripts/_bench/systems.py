@@ -34,6 +34,7 @@ OURS = {
     "tfbuffers py frame stacks": "tfbuffers py",
     "tfbuffers py memmap": "tfbuffers py",  # memory-mapped files against the same buffer in RAM
     "tfbuffers py prioritized memmap": "tfbuffers py prioritized",
+    "tfbuffers py frame stacks memmap": "tfbuffers py frame stacks",  # the stacks over files, against in RAM
 }
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
@@ -49,6 +50,7 @@ REFERENCES = {
     "tfbuffers py frame stacks": (),
     "tfbuffers py memmap": (),
     "tfbuffers py prioritized memmap": (),
+    "tfbuffers py frame stacks memmap": (),
 }
 
 
