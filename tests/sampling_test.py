@@ -50,6 +50,36 @@ def test_a_sampler_written_here_draws_for_datasets(name):
     np.testing.assert_array_equal(to_numpy(items["step"])[:, 2] % 1000, to_numpy(info.ids)[:, 0] // 3 + 2)
 
 
+class EvenSegmentsPass(sampling.UniformSampler):
+    """Draws as the uniform sampler; its deterministic pass and epochs keep the windows of even segments only."""
+
+    def narrows_windows(self, num_steps):
+        return True
+
+    def keeps_windows(self, gather, ids):
+        return tf.reduce_all(ids % self.batch_size % 2 == 0, axis=-1)
+
+
+def test_a_sampler_written_here_narrows_the_deterministic_pass_and_the_epochs(name):
+    # The datasets that draw nothing yield the windows the sampler keeps, in its pass's order.
+    buffer = make(name, batch_size=3, max_length=4, sampler=EvenSegmentsPass)
+    fill(buffer, 4)  # segment b holds 1000 * b + (0..3)
+
+    def steps(dataset):
+        return [to_numpy(items["step"]).tolist() for items, _ in dataset]
+
+    passed = buffer.as_dataset(num_steps=2, single_deterministic_pass=True)
+    assert steps(passed) == [[0, 1], [2, 3], [2000, 2001], [2002, 2003]]
+    passed = buffer.as_dataset(sample_batch_size=2, num_steps=2, single_deterministic_pass=True)
+    assert steps(passed) == [[[0, 1]], [[2, 3]], [[2000, 2001]], [[2002, 2003]]]  # segment 1 left out of each group
+    assert steps(buffer.as_dataset(single_deterministic_pass=True)) == [0, 1, 2, 3, 2000, 2001, 2002, 2003]
+    epoch = steps(buffer.epoch_dataset(sample_batch_size=1, num_steps=2, seed=3))
+    expected = [[[1000 * b + t, 1000 * b + t + 1]] for b in (0, 2) for t in range(3)]
+    assert sorted(epoch) == expected and buffer.full_batches_per_epoch(2, num_steps=2) == 3
+    items, _ = buffer.get_next(sample_batch_size=300, num_steps=2)  # draws are the uniform sampler's
+    assert {row // 1000 for row in to_numpy(items["step"])[:, 0].tolist()} == {0, 1, 2}
+
+
 def test_a_loaded_buffer_takes_its_sampler_again(name, tmp_path):
     buffer = make(name, batch_size=3, max_length=5, sampler=NewestAdds)
     fill(buffer, 7)

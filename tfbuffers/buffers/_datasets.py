@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from tfbuffers import _ring
 from tfbuffers.replay_buffer import BufferInfo
-from tfbuffers.sampling import _deterministic, _episodes
 
 # The options of a dataset whose elements are read when `next` asks, by the caller's thread (a `prefetch` or
 # `num_parallel_calls` the user asks for reads ahead, as the user chose):
@@ -42,6 +41,9 @@ class Reads(NamedTuple):
     """`(sample_batch_size, num_steps) -> (leaves, ids, probabilities)`: a draw of the buffer's sampler."""
     pack: Callable[[Sequence[tf.Tensor]], Any]
     """Leaves as the data spec's nest, in a dataset's form (lists as tuples)."""
+    sampler: Any
+    """The buffer's `tfbuffers.sampling.Sampler`: which windows the datasets that draw nothing yield (`pass_ids`,
+    `narrows_windows`, `keeps_windows`)."""
     attempt: Callable[[int | None, int | None], tuple[tf.Tensor, list[tf.Tensor], tf.Tensor, tf.Tensor]] | None = None
     """A draw that may be torn by a concurrent write, `(whole, leaves, ids, probabilities)`: a sampled dataset
     then drops a torn element and draws the next (the TF buffer, see `tfbuffers.execution._tf_concurrency`). None:
@@ -57,7 +59,6 @@ class SegmentedDatasets:
         *,
         batch_size: int,
         max_length: int,
-        step_field: int | None,
         window_shift: int | None,
         drop_remainder: bool,
         host_reads: bool,
@@ -68,8 +69,6 @@ class SegmentedDatasets:
           reads: Gives the buffer's reads as tensors, when a dataset is made (its methods as they are then).
           batch_size: Segments.
           max_length: Frames per segment.
-          step_field: The step-type field's index with episode boundaries (windows are then kept within
-            episodes), else None.
           window_shift: The buffer's `dataset_window_shift` (the deterministic pass).
           drop_remainder: The buffer's `dataset_drop_remainder` (the deterministic pass).
           host_reads: Whether the reads are host calls: then every dataset reads when asked
@@ -78,15 +77,9 @@ class SegmentedDatasets:
         self._reads = reads
         self._batch_size = batch_size
         self._max_length = max_length
-        self._step_field = step_field
         self._window_shift = window_shift
         self._drop_remainder = drop_remainder
         self._host_reads = host_reads
-
-    def _within_episodes(self, reads: Reads, ids: tf.Tensor) -> tf.Tensor:
-        """Whether each window of frame ids `[..., num_steps]` (stored) lies within one episode: `[...]` bool."""
-        assert self._step_field is not None, "with episode boundaries only"
-        return _episodes.within(tf, reads.gather(ids, [self._step_field])[0])
 
     def sampled(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
@@ -117,19 +110,16 @@ class SegmentedDatasets:
     def deterministic_pass(
         self, sample_batch_size: int | None, num_steps: int | None, num_parallel_calls: int | None
     ) -> tf.data.Dataset:
-        """The single deterministic pass (`sampling._deterministic`), within episodes with episode boundaries."""
+        """The single deterministic pass: the windows the sampler's `pass_ids` gives, in its order, read."""
         reads = self._reads()
-        ids = _deterministic.ids_dataset(
+        ids = reads.sampler.pass_ids(
             reads.added,
-            max_length=self._max_length,
-            batch_size=self._batch_size,
-            sample_batch_size=sample_batch_size,
-            num_steps=num_steps,
+            reads.gather,
+            sample_batch_size,
+            num_steps,
             window_shift=self._window_shift,
             drop_remainder=self._drop_remainder,
         )
-        if self._step_field is not None and num_steps is not None:
-            ids = self._episode_windows_only(reads, ids, sample_batch_size)
 
         @tf.autograph.experimental.do_not_convert
         def gather(frame_ids: tf.Tensor) -> tuple[Any, BufferInfo]:
@@ -137,24 +127,6 @@ class SegmentedDatasets:
 
         dataset = ids.map(gather, num_parallel_calls=num_parallel_calls)
         return dataset.with_options(READ_WHEN_ASKED) if self._host_reads else dataset
-
-    def _episode_windows_only(
-        self, reads: Reads, ids: tf.data.Dataset, sample_batch_size: int | None
-    ) -> tf.data.Dataset:
-        """The deterministic pass's windows that lie within one episode; elements left with none are skipped."""
-
-        @tf.autograph.experimental.do_not_convert
-        def within(frame_ids: tf.Tensor) -> tf.Tensor:
-            return self._within_episodes(reads, frame_ids)
-
-        if sample_batch_size is None:  # one window per element
-            return ids.filter(within)
-
-        @tf.autograph.experimental.do_not_convert
-        def keep_within(frame_ids: tf.Tensor) -> tf.Tensor:
-            return tf.boolean_mask(frame_ids, within(frame_ids))
-
-        return ids.map(keep_within).filter(lambda frame_ids: tf.shape(frame_ids)[0] > 0)
 
     def epoch(
         self,
@@ -165,14 +137,15 @@ class SegmentedDatasets:
         seed: int | None,
         num_parallel_calls: int | None,
     ) -> tf.data.Dataset:
-        """One shuffled epoch of every stored window (the buffer's `epoch_dataset`, arguments checked).
+        """One shuffled epoch of every stored window the sampler keeps (`epoch_dataset`, arguments checked).
 
         Read when asked for a host buffer (`READ_WHEN_ASKED`), as its other datasets are.
         """
         steps = num_steps or 1
         ops = _ring.TENSORFLOW
         reads = self._reads()
-        within = self._step_field is not None and steps > 1
+        sampler = reads.sampler
+        narrowed = sampler.narrows_windows(steps)
 
         @tf.autograph.experimental.do_not_convert
         def windows(_: tf.Tensor) -> tf.data.Dataset:
@@ -180,8 +153,8 @@ class SegmentedDatasets:
             first, count = _ring.stored_windows(ops, added, self._max_length, self._batch_size, steps)
             firsts = first + ops.arange(count)
             ids, _ = _ring.window_ids_and_rows(ops, firsts, self._max_length, self._batch_size, steps)
-            if within:
-                ids = tf.boolean_mask(ids, self._within_episodes(reads, ids))
+            if narrowed:
+                ids = tf.boolean_mask(ids, sampler.keeps_windows(reads.gather, ids))
             return tf.data.Dataset.from_tensor_slices(ids)
 
         @tf.autograph.experimental.do_not_convert
@@ -207,12 +180,12 @@ class SegmentedDatasets:
         reads = self._reads()
         added = int(reads.added())
         per_segment = int(_ring.frames_per_segment(_ring.NUMPY, added, self._max_length))
-        if self._step_field is not None and steps > 1 and per_segment >= steps:
-            # The step types, oldest first, as [batch_size, frames per segment].
+        if reads.sampler.narrows_windows(steps) and per_segment >= steps:
+            # Every stored window, oldest first, as [batch_size, windows per segment, steps].
             ids = _ring.chronological_ids(_ring.NUMPY, added, self._max_length, self._batch_size)
-            types = np.asarray(reads.gather(tf.constant(ids), [self._step_field])[0])
-            types = np.lib.stride_tricks.sliding_window_view(types, steps, axis=1)
-            return int(np.count_nonzero(_episodes.within(np, types))) // sample_batch_size
+            windows = np.lib.stride_tricks.sliding_window_view(ids, steps, axis=1)
+            kept = reads.sampler.keeps_windows(reads.gather, tf.constant(windows))
+            return int(np.count_nonzero(np.asarray(kept))) // sample_batch_size
         return max(per_segment - steps + 1, 0) * self._batch_size // sample_batch_size
 
 

@@ -13,7 +13,7 @@ buffer's reads as tensors; states, files and configs are its layer
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -92,7 +92,6 @@ class SegmentedReplayBuffer(SegmentedStates):
             weak_method(self._dataset_reads),
             batch_size=batch_size,
             max_length=max_length,
-            step_field=step_field,
             window_shift=dataset_window_shift,
             drop_remainder=dataset_drop_remainder,
             host_reads=self._HOST_READS,
@@ -334,14 +333,14 @@ class SegmentedReplayBuffer(SegmentedStates):
         return keep_alive(dataset, self)
 
     def _dataset_reads(self) -> _datasets.Reads:
-        """The reads the buffer's datasets call: its reads as tensors, held weakly."""
-        methods: tuple[Callable[..., Any], ...] = (
-            self._added_tensor,
-            self._gather_tensors,
-            self._sample_tensors,
-            self._pack_for_dataset,
+        """The reads the buffer's datasets call: its reads as tensors, held weakly, and its sampler."""
+        return _datasets.Reads(
+            added=weak_method(self._added_tensor),
+            gather=weak_method(self._gather_tensors),
+            sample=weak_method(self._sample_tensors),
+            pack=weak_method(self._pack_for_dataset),
+            sampler=self._sampler,
         )
-        return _datasets.Reads(*[weak_method(method) for method in methods])
 
     def _rows(self, ids: Any) -> Any:
         return _ring.rows_of_ids(ids, self._max_length, self._batch_size)

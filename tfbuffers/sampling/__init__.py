@@ -11,6 +11,11 @@ Its state lives in the buffer's storage (`Sampler.bind`) and follows the buffer'
 each goes with: every sampler keeps the adds' record of episode ends with episode boundaries
 (`Sampler.near`), and `PrioritizedSampler` the priorities and their sum tree.
 
+The datasets that draw nothing ask it too: the single deterministic pass visits the windows of
+`Sampler.pass_ids`, in its order, and `epoch_dataset` shuffles those `Sampler.keeps_windows` keeps (every
+stored window, less those crossing an episode boundary with episode boundaries), so a sampler that draws among
+fewer windows narrows them alike.
+
 The formulas take a `Backend` (`TENSORFLOW`, or `numpy_backend(rng)`), as the ring arithmetic of
 `tfbuffers._ring` takes its ops namespace: one definition serves both kinds of buffer.
 

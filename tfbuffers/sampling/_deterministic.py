@@ -1,4 +1,4 @@
-"""The frame ids of a single deterministic pass over a segmented ring.
+"""The frame ids of a single deterministic pass over a segmented ring, and of the windows it keeps.
 
 Shared by every segmented buffer: the plan is built in `tf.data` from the add
 counter read when iteration starts, so the same dataset sees the buffer as it is
@@ -94,3 +94,20 @@ def ids_dataset(
         return ids
 
     return tf.data.Dataset.range(1).flat_map(plan).map(ids_of)
+
+
+def kept(
+    ids: tf.data.Dataset, keeps: Callable[[tf.Tensor], tf.Tensor], sample_batch_size: int | None
+) -> tf.data.Dataset:
+    """The pass `ids` (windows `[..., num_steps]`) less the windows `keeps` says no to; empty elements skipped.
+
+    `keeps(frame_ids)` gives a `[...]` bool tensor, one per window of an element.
+    """
+    if sample_batch_size is None:  # one window per element
+        return ids.filter(tf.autograph.experimental.do_not_convert(keeps))
+
+    @tf.autograph.experimental.do_not_convert
+    def keep_within(frame_ids: tf.Tensor) -> tf.Tensor:
+        return tf.boolean_mask(frame_ids, keeps(frame_ids))
+
+    return ids.map(keep_within).filter(lambda frame_ids: tf.shape(frame_ids)[0] > 0)

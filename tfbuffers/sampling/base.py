@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import tensorflow as tf
 
+import tfbuffers.sampling._deterministic as _deterministic
 import tfbuffers.sampling._episodes as _episodes
 from tfbuffers import _ring
 from tfbuffers.sampling.backends import TENSORFLOW, Backend
@@ -161,6 +162,66 @@ class Sampler(abc.ABC):
         record = _episodes.EpisodeRecord(storage, step_field, self.batch_size, self.max_length, self._graph)
         self.near = record.read
         self._episode_record = record
+
+    # The windows of the datasets that draw nothing: the single deterministic pass and shuffled epochs.
+
+    def pass_ids(
+        self,
+        read_added: Callable[[], tf.Tensor],
+        gather: Callable[..., list[tf.Tensor]],
+        sample_batch_size: int | None,
+        num_steps: int | None,
+        *,
+        window_shift: int | None,
+        drop_remainder: bool,
+    ) -> tf.data.Dataset:
+        """The single deterministic pass's frame ids, in its order: a `tf.data.Dataset` of int64 tensors.
+
+        By default every stored window, oldest first, segments in groups of `sample_batch_size`
+        (`tfbuffers.sampling._deterministic.ids_dataset`, which says the shapes), less those `keeps_windows`
+        says no to. A sampler that visits other windows, or in another order, overrides it.
+
+        Args:
+          read_added: Returns the buffer's add counter, a scalar int64 tensor (read when a pass begins).
+          gather: `(ids, fields) -> leaves`: the buffer's frames as tensors (`keeps_windows` reads them).
+          sample_batch_size: Segments per element, or None.
+          num_steps: Frames per window, or None.
+          window_shift: The buffer's `dataset_window_shift`.
+          drop_remainder: The buffer's `dataset_drop_remainder`.
+        """
+        ids = _deterministic.ids_dataset(
+            read_added,
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            sample_batch_size=sample_batch_size,
+            num_steps=num_steps,
+            window_shift=window_shift,
+            drop_remainder=drop_remainder,
+        )
+        if not self.narrows_windows(num_steps):
+            return ids
+        if num_steps is None:  # single frames: windows of one
+            return _deterministic.kept(
+                ids, lambda frame_ids: self.keeps_windows(gather, frame_ids[..., None]), sample_batch_size
+            )
+        return _deterministic.kept(ids, lambda frame_ids: self.keeps_windows(gather, frame_ids), sample_batch_size)
+
+    def narrows_windows(self, num_steps: int | None) -> bool:
+        """Whether the pass and the epochs leave out some stored windows of `num_steps` (`keeps_windows` then).
+
+        With episode boundaries, for windows of more than one frame: those crossing a boundary.
+        """
+        return self._step_field is not None and (num_steps or 1) > 1
+
+    def keeps_windows(self, gather: Callable[..., list[tf.Tensor]], ids: tf.Tensor) -> tf.Tensor:
+        """Which windows of frame ids `ids` (`[..., num_steps]`, stored) the pass and the epochs yield: `[...]` bool.
+
+        In TensorFlow (inside `tf.data`'s functions); `gather(ids, fields)` reads their frames. By default those
+        within one episode (their step types, read from the step-type field the sampler was bound with). A
+        sampler that draws among fewer windows narrows the datasets that draw nothing here, with `narrows_windows`.
+        """
+        assert self._step_field is not None, "with episode boundaries only, unless a subclass says otherwise"
+        return _episodes.within(tf, gather(ids, [self._step_field])[0])
 
     def before_add(self, added: Any, step_types: Any) -> list[Any]:
         """Add number `added` (the counter before it) is about to write its rows; it holds `step_types`.
