@@ -1,6 +1,6 @@
 """mkdocs hook: links from the guides to files outside docs/ (the README, the notebooks) point to the repository.
 
-In the repository the guides link those files relatively (GitHub renders them, tests/readme_test.py checks
+In the repository the guides link those files relatively (GitHub renders them, tests/project/readme_test.py checks
 them); the site holds only docs/, so there they become the repository's URLs.
 """
 

@@ -46,7 +46,7 @@ import _args  # noqa: E402
 
 FAST = ("-m", "not slow")
 """The fast subset: every test module tests/conftest.py does not mark slow, and the package's doctests."""
-SELF_TEST = "tests/mutations_test.py"
+SELF_TEST = "tests/project/mutations_test.py"
 """Checks that each snippet is in the tree: it fails in every mutated copy, so the runs leave it out."""
 
 
@@ -101,10 +101,10 @@ MUTATIONS = (
         file="tfbuffers/execution/_tf_concurrency.py",
         old="unchanged = tf.equal(self.generation.read_value() + generation % 2, generation)",
         new="unchanged = tf.equal(self.generation.read_value(), generation)",
-        catches="tests/concurrency_test.py::test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again"
+        catches="tests/execution/concurrency_test.py::test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again"
         "[tf] (DID NOT RAISE: reads under an odd generation return instead of failing with READ_BUSY)",
         tests=(
-            "tests/concurrency_test.py::test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again",
+            "tests/execution/concurrency_test.py::test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again",
         ),
     ),
     Mutation(
@@ -114,7 +114,7 @@ MUTATIONS = (
         file="tfbuffers/sampling/priorities.py",
         old="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added)",
         new="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added - 1)",
-        catches="tests/storage_test.py::test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage"
+        catches="tests/storage/storage_test.py::test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage"
         "[py_prioritized] (ids 6, 7 are the newest add's: their priorities stay [1, 1], not [3, 0.5]); "
         "[tf_prioritized] too",
     ),
@@ -125,7 +125,7 @@ MUTATIONS = (
         file="tfbuffers/state.py",
         old="return {name: values[_key(prefix, name)] for name in names}",
         new="return dict(zip(names, [value for key, value in values.items() if key.startswith(prefix)]))",
-        catches="tests/state_test.py::test_a_checkpoint_restores_by_field_path_into_any_kind"
+        catches="tests/buffers/state_test.py::test_a_checkpoint_restores_by_field_path_into_any_kind"
         "[tf_prioritized-tf_prioritized], contract_test::test_checkpoint_round_trip and compat_test::"
         "test_a_checkpoint_written_before_the_storage_seam_restores on the prioritized kinds (extra:max_priority "
         "sorts before extra:priority: the priorities get the scalar, refused by shape)",
@@ -137,8 +137,9 @@ MUTATIONS = (
         file="tfbuffers/storage/memmap.py",
         old="state[JOURNAL_ADD] = state[ADDED]",
         new="state[JOURNAL_ADD] = -1",
-        catches="tests/memmap_test.py::test_an_add_cut_short_is_undone_from_the_journal[ring full] (the reopened "
-        "rows are the torn ones) and [ring filling] (priorities not put back); memmap_test is in the fast subset",
+        catches="tests/storage/memmap_test.py::test_an_add_cut_short_is_undone_from_the_journal[ring full] (the "
+        "reopened rows are the torn ones) and [ring filling] (priorities not put back); memmap_test is in the fast "
+        "subset",
     ),
     Mutation(
         id="ray-segment-claimed-twice",
@@ -147,13 +148,13 @@ MUTATIONS = (
         file="tfbuffers/remote/ray/actor.py",
         old="free = [s for s in range(len(self._segments)) if s not in self._claims]",
         new="free = [s for s in range(len(self._segments)) if s not in self._claims.values()]",
-        catches="tests/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_"
+        catches="tests/remote/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_"
         "own_segments (the second writer gets [0, 1], not [1, 2]); test_actor_processes_add_while_a_learner_samples_"
         "and_updates_priorities (three actors share segments 0 and 1)",
         tests=(
-            "tests/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_own_"
+            "tests/remote/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_own_"
             "segments",
-            "tests/ray_replay_buffer_test.py::test_actor_processes_add_while_a_learner_samples_and_updates_priorities",
+            "tests/remote/ray_replay_buffer_test.py::test_actor_processes_add_while_a_learner_samples_and_updates_priorities",
         ),
     ),
     Mutation(
@@ -163,7 +164,7 @@ MUTATIONS = (
         file="tfbuffers/sampling/base.py",
         old="return (distance == 0) | (distance >= num_steps)",
         new="return (distance == 0) | (distance >= num_steps - 1)",
-        catches="tests/compat_test.py::test_a_file_written_before_the_storage_seam_loads_into_the_buffer_it_was"
+        catches="tests/buffers/compat_test.py::test_a_file_written_before_the_storage_seam_loads_into_the_buffer_it_was"
         "[py_episodes] and [tf_episodes], and test_a_checkpoint_written_before_the_storage_seam_restores (windows "
         "of two start at ids 4, 5: across adds 2 (LAST) and 3); slow: "
         "episodes_test::test_every_window_is_within_one_episode_with_exact_probabilities",

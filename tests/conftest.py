@@ -440,7 +440,7 @@ ONE_STACK = {
     "scripts_test.py::test_the_her_comparison_writes_its_table_and_figure": "current",
 }
 # Tests marked `ray` (a local Ray cluster) run on the current stack, as the Reverb ones run on the pinned stack; the
-# pinned stack installs the wheel with the ray extra and runs a Ray buffer from it (tests/packaging_test.py).
+# pinned stack installs the wheel with the ray extra and runs a Ray buffer from it (tests/project/packaging_test.py).
 MARKER_STACK = {"ray": "current"}
 
 
@@ -466,7 +466,7 @@ NEEDS = {
 
 # Tests of the fast modules marked slow too, so that `make test-fast` fits its 90 s (docs/development.md): those
 # that start processes, and the multi-kind cases on the TF prioritized kind, whose traces take a third of the fast
-# subset's time (its own module, tests/prioritized_test.py, and make test run them; storage_test.py and
+# subset's time (its own module, tests/sampling/prioritized_test.py, and make test run them; storage_test.py and
 # compat_test.py keep its priorities and restores in the fast subset), and on the TF test storage (14 s more; the
 # TF buffer's code is the "tf" kind's, and storage_test.py keeps its own cases fast).
 SLOW_TESTS = {

@@ -24,7 +24,7 @@ from tfbuffers.replay_buffer import BufferInfo
 # - its automatic prefetch would make a host buffer's elements in a thread of its own: an iterator dropped
 #   while that thread waits for the GIL to run the host call (at the latest when the interpreter exits,
 #   holding the GIL while it frees the iterator, which waits for the thread) never finishes, and the program
-#   hangs at exit. TF-Agents' py buffer does (tests/hygiene_test.py).
+#   hangs at exit. TF-Agents' py buffer does (tests/project/hygiene_test.py).
 READ_WHEN_ASKED = tf.data.Options()
 READ_WHEN_ASKED.experimental_optimization.map_parallelization = False
 READ_WHEN_ASKED.experimental_optimization.inject_prefetch = False

@@ -19,6 +19,7 @@ FRAME_STACKS = (
     "paths among {paths}; got {received}"
 )
 FRAME_STACK_AXIS = "frame_stacks: field {path}: expected an axis of its shape {shape}, got {axis!r}"
+RESTORE_CHUNK = 4096  # rows a restore or a load writes at a time (adds write theirs whole)
 
 
 class FrameStackTable(Storage):
@@ -53,7 +54,7 @@ class FrameStackTable(Storage):
         self.inner = NumpyTable(handle_fields(fields, stacks), num_rows) if inner is None else inner
         self.extras = self.inner.extras
         self.pools: dict[int, FrameBuffer] = {}
-        self._chunk = num_rows  # rows written per step: one add's (`attach`), which bounds the frames held
+        self._chunk = num_rows  # rows written at a time (`attach`), which bounds the frames held at once
         self._previous: dict[int, np.ndarray] = {}  # the handles of the last rows written, per field
 
     @property
@@ -81,14 +82,15 @@ class FrameStackTable(Storage):
     def attach(self, batch_size: int, max_length: int) -> None:
         """The inner storage attached, then each stacked field's pool made and its counts taken from the rows."""
         self.inner.attach(batch_size, max_length)
-        self._chunk = batch_size
+        # A restore's or a load's rows are written a chunk at a time: an add's at least, a few thousand rows at once.
+        self._chunk = max(batch_size, min(self.num_rows, RESTORE_CHUNK))
         for index, axis in self.stacks.items():
             spec = self.fields[index].spec
             shape = spec.shape.as_list()
             depth = shape[axis]
             frame_shape = [*shape[:axis], *shape[axis + 1 :]]
-            # Held at once: every row's frames, and one add's new frames before its old ones are released.
-            slots = (self.num_rows + batch_size) * depth
+            # Held at once: every row's frames, and one chunk's new frames before its old ones are released.
+            slots = (self.num_rows + self._chunk) * depth
             frames = self.inner.pool(
                 f"frames/{self.fields[index].path}", [slots, *frame_shape], spec.dtype.as_numpy_dtype
             )
@@ -169,7 +171,7 @@ class FrameStackTable(Storage):
             self.pools[index].release(released.ravel())
 
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
-        """Writes `rows` of field `index`, stacks as handles, an add's rows at a time (a restore's, a load's)."""
+        """Writes `rows` of field `index` (a restore's, a load's), stacks as handles, `RESTORE_CHUNK` rows at a time."""
         if index not in self.stacks:
             self.inner.write_rows(index, first_row, rows)
             return

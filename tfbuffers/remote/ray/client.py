@@ -74,7 +74,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
     Eagerly every method is one remote call; inside a `tf.function` or `tf.data` each runs when the
     graph runs (`tfbuffers.execution.host`). `as_dataset` fetches several batches per remote call, ahead.
 
-    docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/ray_replay_buffer_test.py runs
+    docs/guide.md ("Ray") and docs/scaling.md show it with writer processes; tests/remote/ray_replay_buffer_test.py runs
     them on a local cluster.
     """
 

@@ -41,7 +41,7 @@ def _reverb(spec: Any, batch_size: int, max_length: int, **options: Any) -> tfbu
 
 _REVERB_IDS = (
     "Reverb: BufferInfo.ids are its items' keys and add_batch returns each environment's count of frames, not "
-    "the ring's frame ids (tests/reverb_replay_buffer_test.py checks what they are)"
+    "the ring's frame ids (tests/remote/reverb_replay_buffer_test.py checks what they are)"
 )
 _REVERB_ORDER = (
     "Reverb: a table has no order to read: gather_all, sample_all, indices, epochs and the deterministic pass "
@@ -109,7 +109,7 @@ _RAY_ORDER = (
 RAY_SKIPS = {
     "test_sampling_too_few_frames_raises": (
         "Ray: its refusals name the actor (RayReplayBuffer 'name' is empty ...), for a learner that reads several; "
-        "tests/ray_replay_buffer_test.py checks them"
+        "tests/remote/ray_replay_buffer_test.py checks them"
     ),
     "test_random_dataset_has_static_specs_and_sees_new_data": (
         "Ray: as_dataset fetches the next windows from the actor while the last ones are read (prefetch_items), so "

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 
 # The limit expires inside a garbage-collector callback, as it did inside hypothesis' (issue 29): the signal
 # method's exception is raised there, reported as unraisable and the test passes.

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 examples = importlib.import_module("tf_agents_examples")
 

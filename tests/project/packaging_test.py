@@ -23,7 +23,7 @@ import zipfile
 import pytest
 from packaging.requirements import Requirement
 
-CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 
 EXTRAS_PACKAGES = [
     "safetensors", "tf_agents", "reverb", "ray", "gymnasium", "gym", "tqdm", "matplotlib", "tf_keras",

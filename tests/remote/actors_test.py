@@ -22,7 +22,7 @@ import pytest
 NEEDS_REVERB = pytest.mark.reverb  # conftest skips it where dm-reverb is missing (past Python 3.11)
 NEEDS_RAY = pytest.mark.ray
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 FIRST, LAST = 0, 2
 OBSERVATION_SIZE = 4  # CartPole
 

@@ -21,8 +21,8 @@ import tensorflow as tf
 import tfbuffers
 
 FOLDERS = {  # the redesign a folder's files were written before: its files
-    "storage_seam": pathlib.Path(__file__).parent / "data" / "before_storage_seam",
-    "composition": pathlib.Path(__file__).parent / "data" / "before_composition",
+    "storage_seam": pathlib.Path(__file__).parents[1] / "data" / "before_storage_seam",
+    "composition": pathlib.Path(__file__).parents[1] / "data" / "before_composition",
 }
 SPEC = {
     "obs": tf.TensorSpec([2], tf.float32),

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _load_script():
@@ -106,7 +106,7 @@ def test_exit_codes_and_the_first_failing_test_are_read_from_pytest():
     assert mutations.first_failure("1 passed\n") is None
     ring = mutations.BY_ID["ring-row-off-by-one"]
     assert mutations.as_expected(ring, "tests/contract_test.py::test_adds_before_wrap[tf_eager]")
-    assert not mutations.as_expected(ring, "tests/specs_test.py::test_other")
+    assert not mutations.as_expected(ring, "tests/buffers/specs_test.py::test_other")
     assert not mutations.as_expected(ring, None)
     command = mutations.pytest_command("python", mutations.FAST, 2)
     assert command[:3] == ["python", "-m", "pytest"] and "-x" in command and "no:cacheprovider" in command

@@ -649,7 +649,7 @@ def test_frame_stacks_over_memory_mapped_files_keep_each_frame_once_on_the_disk(
         ("code", "int64", []),
         ("pixels", "int64", [4]),
     ]
-    slots = (400 + 2) * 4  # every row's 4 frames, and one add's new ones before its old ones go
+    slots = (400 + 400) * 4  # every row's 4 frames, and a restore's chunk of new ones (here every row) before the old
     assert header["pools"] == [
         {"name": "frames/pixels", "dtype": "uint8", "shape": [slots, 16, 16], "file": "pools/frames_pixels.npy"}
     ]

@@ -31,7 +31,7 @@ import pytest
 
 from tfbuffers import _noise
 
-CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 COLABS = sorted((CHECKOUT / "colabs").glob("*.ipynb"))
 REPOSITORY = configparser.ConfigParser()
 REPOSITORY.read(CHECKOUT / "setup.cfg")

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.reverb  # conftest skips it where dm-reverb is missing (past Python 3.11)
 
-SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "replay_server.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "replay_server.py"
 
 
 def free_port():

@@ -17,7 +17,7 @@ from conftest import batch, fill, make_buffer, to_numpy, underlying
 
 from tfbuffers.testing import contract
 
-TESTS = pathlib.Path(__file__).resolve().parent
+TESTS = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -76,7 +76,7 @@ def test_the_covering_design_is_one_choice_per_case_on_every_worker():
     case = nodeid.replace("py_memmap_function", "")
     expected = conftest.MODES[(zlib.crc32(case.encode()) + conftest.COVERED_KINDS.index("py_memmap")) % 2]
     assert kept("test_clear", "py_memmap_function") == (expected == "function")
-    assert conftest.covered(Item("tests/specs_test.py::test_x[a-b]", Callspec({"x": "a"})))  # no kind: kept
+    assert conftest.covered(Item("tests/buffers/specs_test.py::test_x[a-b]", Callspec({"x": "a"})))  # no kind: kept
     assert conftest.kind_and_mode(Item("x", Callspec({"kind": "py_dict_eager", "n": 3}))) == ("py_dict", "eager")
     assert conftest.kind_and_mode(Item("x", Callspec({"name": "not_a_kind_eager"}))) is None
 

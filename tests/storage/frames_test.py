@@ -10,6 +10,7 @@ from tf_agents.trajectories import policy_step, trajectory
 from tf_agents.trajectories import time_step as ts
 
 import tfbuffers
+from tfbuffers.storage import frame_stacks
 from tfbuffers.storage import frames as frames_lib
 
 DEPTH, SIDE = 4, 6
@@ -182,9 +183,13 @@ def test_py_hashed_replay_buffer_takes_tf_agents_arguments(caplog):
         tfbuffers.PyHashedReplayBuffer(SPEC, 8)
 
 
-def test_adds_after_a_clear_or_restore_stay_exact():
-    # A restore replaces every row's frames, a clear keeps them until overwritten: the adds after either, whose
-    # stacks continue the ones held before, must still give the plain buffer's rows.
+@pytest.mark.parametrize("chunk", [4096, 5], ids=["one chunk", "chunks of 5 rows"])
+def test_adds_after_a_clear_or_restore_stay_exact(chunk, monkeypatch):
+    # A restore replaces every row's frames (chunk by chunk: RESTORE_CHUNK rows, or the 12 at once), a clear keeps
+    # them until overwritten: the adds after either, whose stacks continue the ones held before, must still give
+    # the plain buffer's rows.
+    monkeypatch.setattr(frame_stacks, "RESTORE_CHUNK", chunk)
+
     def make(**options):
         return tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=6, seed=9, **options)
 

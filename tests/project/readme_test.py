@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 README = (CHECKOUT / "README.md").read_text()
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
 
 
 def load_script(name):
@@ -387,7 +387,7 @@ def test_starter_buffer_is_made_refused_twice_and_trained_from(tmp_path, capsys)
     assert result.train_steps == 50
 
 
-FLASHBAX_ENV = pathlib.Path(__file__).resolve().parent.parent / ".venv-flashbax"
+FLASHBAX_ENV = pathlib.Path(__file__).resolve().parents[2] / ".venv-flashbax"
 
 
 @pytest.mark.skipif(not (FLASHBAX_ENV / "bin" / "python").exists(), reason="make flashbax-env makes .venv-flashbax")

@@ -107,7 +107,8 @@ def test_public_names():
     assert tfbuffers.relabel_windows is her.relabel_windows
     # The functions of its own: they build a local buffer of the class a file, directory or config names.
     assert tfbuffers.load.__module__ == tfbuffers.open.__module__ == tfbuffers.from_config.__module__ == "tfbuffers"
-    # And the one call that changes the process, when made: the start-up notices kept off (tests/hygiene_test.py).
+    # And the one call that changes the process, when made: the start-up notices kept off
+    # (tests/project/hygiene_test.py).
     assert tfbuffers.quiet_start_up.__module__ == "tfbuffers._noise"
 
 

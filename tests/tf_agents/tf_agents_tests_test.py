@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 import sys
 
-SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "tf_agents_tests.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "tf_agents_tests.py"
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:

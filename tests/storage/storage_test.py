@@ -188,7 +188,7 @@ def test_the_tf_buffers_variables_are_their_storages_in_the_order_made():
 @pytest.mark.parametrize("name", ["DictStorage", "DictVariables"])
 def test_the_storage_docs_development_md_writes_runs_as_written(name):
     # docs/development.md's storage of each interface, executed from the page: a buffer on it adds and reads back.
-    page = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "development.md").read_text()
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "development.md").read_text()
     (code,) = [block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if f"class {name}(" in block]
     spec = {"x": tf.TensorSpec([2], tf.float32), "step": tf.TensorSpec([], tf.int64)}
     namespace = {"tfbuffers": tfbuffers, "tf": tf, "np": np, "spec": spec}
