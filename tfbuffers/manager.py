@@ -203,6 +203,15 @@ class ReplayBufferManager:
           ImportError: If the backend asked for cannot be imported.
         """
         self._data_spec = specs.unwrap(data_spec)
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {list(BACKENDS)} or None, got {backend!r}")
+        if use_reverb is not None:
+            if backend is not None and backend != ("reverb" if use_reverb else "local"):
+                raise ValueError(f"use_reverb={use_reverb} and backend={backend!r}: expected one of them")
+            backend = "reverb" if use_reverb else "local"
+        named = isinstance(sampler, str)
+        if not named and backend == "reverb":
+            check_sampler(sampler, callables=False)  # raises: Reverb's tables draw by name (before any record)
         self._config: dict[str, Any] = {
             "capacity": positive_int("capacity", capacity),
             "sequence_length": positive_int("sequence_length", sequence_length),
@@ -215,16 +224,7 @@ class ReplayBufferManager:
         self._keep = positive_int("keep_checkpoints", keep_checkpoints)
         self._directory = pathlib.Path(checkpoint_dir)
         self._records = _CheckpointRecords(self._directory)
-        if backend is not None and backend not in BACKENDS:
-            raise ValueError(f"backend: expected one of {list(BACKENDS)} or None, got {backend!r}")
-        if use_reverb is not None:
-            if backend is not None and backend != ("reverb" if use_reverb else "local"):
-                raise ValueError(f"use_reverb={use_reverb} and backend={backend!r}: expected one of them")
-            backend = "reverb" if use_reverb else "local"
         reasons = []
-        named = isinstance(sampler, str)
-        if not named and backend == "reverb":
-            check_sampler(sampler, callables=False)  # raises: Reverb's tables draw by name
         if backend is None:
             if not named:
                 reasons.append("reverb: a Reverb table draws by name, and sampler= is a callable")

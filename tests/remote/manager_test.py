@@ -196,8 +196,9 @@ def test_a_sampler_factory_samples_on_the_local_and_ray_backends_and_its_checkpo
     with manager(tmp_path / "replay", backend, sampler=NewestAdds) as second:
         second.load_replay_buffer()
         assert windows(second) == {(3, 4), (4, 5)}
-    with pytest.raises(ValueError, match="sampler: .*a Reverb table draws with Reverb's selectors"):
-        manager(tmp_path / "reverb", "reverb", sampler=NewestAdds)
+    for factory in (NewestAdds, lambda *args: NewestAdds(*args)):  # Reverb's reason first, recordable or not
+        with pytest.raises(ValueError, match="sampler: .*a Reverb table draws with Reverb's selectors"):
+            manager(tmp_path / "reverb", "reverb", sampler=factory)
     with pytest.raises(ValueError, match="sampler: expected a name of .* importable by its name .* checkpoint"):
         manager(tmp_path / "lambda", backend, sampler=lambda *args: NewestAdds(*args))
     assert ReplayBufferManager(SPEC, 10, tmp_path / "default", sampler=NewestAdds).backend != "reverb"
