@@ -222,7 +222,9 @@ def test_a_sampler_factory_runs_in_the_actor_as_the_local_buffers_run_it(tmp_pat
     np.testing.assert_array_equal(info.probabilities, np.full(200, 0.25))
     _, local_info = local.get_next(sample_batch_size=1)
     assert float(local_info.probabilities[0]) == 0.25
-    with pytest.raises(ValueError, match=r"update_priorities: the buffer samples uniformly \(sampler=<class"):
+    with pytest.raises(
+        ValueError, match=r"update_priorities: the buffer's sampler keeps no priorities \(sampler=<class"
+    ):
         buffer.update_priorities([0], [1.0])
     # The manifest records the factory by its import path: load and open sample by it again.
     manifest = (tmp_path / "d" / "ray_buffer.json").read_text()

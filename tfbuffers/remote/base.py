@@ -29,6 +29,7 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
     NO_PASS = "single_deterministic_pass: not supported by a remote buffer"
     # What `update_priorities` raises on a buffer that samples uniformly.
     NOT_PRIORITIZED = "update_priorities: the buffer samples uniformly"
+    NO_PRIORITIES: str | None = None  # with a sampler given as a callable that keeps none (the Ray buffer's)
 
     @property
     @abc.abstractmethod
@@ -60,7 +61,9 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
         raise ValueError(self.NO_PASS)
 
     def _not_prioritized(self) -> str:
-        return self.NOT_PRIORITIZED.format(sampler=self.sampler)  # a message may name the sampler
+        # A message may name the sampler; one given as a callable (not "uniform") may have its own message.
+        message = self.NOT_PRIORITIZED if isinstance(self.sampler, str) else self.NO_PRIORITIES or self.NOT_PRIORITIZED
+        return message.format(sampler=self.sampler)
 
     def _send_priorities(self, ids: Any, priorities: Any) -> Any:
         """`update_priorities`' exchange: an int eagerly; inside a graph an int64 scalar, when it runs.

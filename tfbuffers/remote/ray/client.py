@@ -39,6 +39,10 @@ NO_PASS = (
 NOT_PRIORITIZED = (
     "update_priorities: the buffer samples uniformly (sampler={sampler!r}); make it with sampler='prioritized'"
 )
+NO_PRIORITIES = (
+    "update_priorities: the buffer's sampler keeps no priorities (sampler={sampler!r}); make it with "
+    "sampler='prioritized'"
+)
 
 
 class RayReplayBuffer(RemoteReplayBuffer):
@@ -79,7 +83,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
     """
 
     NO_PASS = NO_PASS
-    NOT_PRIORITIZED = NOT_PRIORITIZED
+    NOT_PRIORITIZED, NO_PRIORITIES = NOT_PRIORITIZED, NO_PRIORITIES
 
     def __init__(
         self,
