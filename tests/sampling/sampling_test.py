@@ -80,6 +80,15 @@ def test_a_sampler_written_here_narrows_the_deterministic_pass_and_the_epochs(na
     assert {row // 1000 for row in to_numpy(items["step"])[:, 0].tolist()} == {0, 1, 2}
 
 
+def test_a_prioritized_sampler_never_bound_says_so_and_works_once_bound():
+    sampler = sampling.PrioritizedSampler("b", 2, 3)
+    with pytest.raises(ValueError, match=r"sampler: expected a PrioritizedSampler bound to a buffer's storage"):
+        _ = sampler.max_priority
+    storage = tfbuffers.storage.NumpyTable([], 6)  # what a buffer of 2 segments of 3 frames binds it to
+    sampler.bind(storage, sampling.numpy_backend(np.random.default_rng(0)), None)
+    assert sampler.max_priority == 1.0 and storage.extras["priority"].tolist() == [0.0] * 6
+
+
 def test_a_loaded_buffer_takes_its_sampler_again(name, tmp_path):
     buffer = make(name, batch_size=3, max_length=5, sampler=NewestAdds)
     fill(buffer, 7)

@@ -21,6 +21,12 @@ from tfbuffers.sampling.backends import TENSORFLOW, Backend, choose
 from tfbuffers.sampling.base import NO_PRIORITY, Sample, Sampler, SamplerFactory
 
 
+NOT_BOUND = (
+    "sampler: expected a {sampler} bound to a buffer's storage (a buffer made with it binds it), got one "
+    "never bound: its priorities live in the storage"
+)
+
+
 class PrioritizedSampler(Sampler):
     """Windows drawn with probability proportional to their first frame's weight in a sum tree.
 
@@ -68,7 +74,7 @@ class PrioritizedSampler(Sampler):
 
     def _priorities(self) -> priorities_lib.Priorities:
         if self.priorities is None:
-            raise ValueError(f"sampler: {type(self).__name__} is not bound to a buffer's storage (bind)")
+            raise ValueError(NOT_BOUND.format(sampler=type(self).__name__))
         return self.priorities
 
     def on_add(self, added: Any, rows: Any) -> list[Any]:
