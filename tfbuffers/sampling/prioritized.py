@@ -20,7 +20,6 @@ from tfbuffers import _ring
 from tfbuffers.sampling.backends import TENSORFLOW, Backend, choose
 from tfbuffers.sampling.base import NO_PRIORITY, Sample, Sampler, SamplerFactory
 
-
 NOT_BOUND = (
     "sampler: expected a {sampler} bound to a buffer's storage (a buffer made with it binds it), got one "
     "never bound: its priorities live in the storage"
