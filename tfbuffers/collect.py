@@ -19,10 +19,11 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _keras
-from tfbuffers.observers import PyObserver, TFObserver
+from tfbuffers import _keras, specs
+from tfbuffers.observers import WRONG_BATCH_SIZE, PyObserver, TFObserver
 from tfbuffers.replay_buffer import ReplayBuffer, positive_int
 
 try:
@@ -86,8 +87,14 @@ def warm(
       The number of frames added (driver steps times the environment's batch size).
 
     Raises:
-      TypeError: If `env` is not a TF-Agents environment.
-      ValueError: If `num_frames` or `frames_per_call` is not positive.
+      TypeError: If `env` is not a TF-Agents environment, or the policy's
+        trajectories differ from the buffer's spec in structure.
+      ValueError: If `num_frames` or `frames_per_call` is not positive, or the
+        policy's trajectories differ from the buffer's spec in a field's dtype or
+        shape, or the environment's batch size from the buffer's. These are
+        checked before the environment is reset: a refused call changes
+        neither the buffer nor the environment. (An error of the environment or
+        policy during the run leaves the frames added before it, each whole.)
     """
     num_frames = positive_int("num_frames", num_frames)
     frames_per_call = positive_int("frames_per_call", frames_per_call)
@@ -99,6 +106,7 @@ def warm(
         collect = _py_collector(buffer, env, policy)
     else:
         raise TypeError(NOT_AN_ENVIRONMENT.format(received=type(env).__name__))
+    _check_fits(buffer, env, policy)
     bar = _progress_bar(progress, num_frames, description)
     time_step = env.reset() if reset else env.current_time_step()
     state = policy.get_initial_state(env.batch_size)
@@ -113,6 +121,19 @@ def warm(
         if progress is True and bar is not None:
             bar.close()
     return added
+
+
+def _check_fits(buffer: Any, env: Any, policy: Any) -> None:
+    """Refuses, as the first add would, a policy whose frames or an environment whose batch the buffer cannot take."""
+    batch_size = env.batch_size or 1
+    expected = getattr(buffer, "batch_size", batch_size)
+    if batch_size != expected:
+        raise ValueError(WRONG_BATCH_SIZE.format(observer="warm", received=batch_size, expected=expected))
+    zeros = tf.nest.map_structure(
+        lambda spec: np.zeros((batch_size, *spec.shape), tf.as_dtype(spec.dtype).as_numpy_dtype),
+        policy.trajectory_spec,
+    )
+    specs.check_batch(zeros, buffer.data_spec, buffer.fields, (batch_size,))
 
 
 def _tf_collector(buffer: ReplayBuffer, env: Any, policy: Any) -> Any:

@@ -314,7 +314,145 @@ def test_an_empty_rlds_episode_is_refused_naming_it():
     buffer = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=1, max_length=20)
     with pytest.raises(ValueError, match=r"^episode 1: expected at least 2 steps .* got 0$"):
         offline.from_rlds(buffer, rlds_episodes([(2, False)]).concatenate(empty))
-    assert frames_of(buffer).step_type.tolist() == [FIRST, LAST]  # the episode before it stays added
+    assert int(buffer.num_frames()) == 0  # the episode before it was checked, not added
+
+
+def layout_frames(spec, *indices):
+    """Frames of the layout above for a buffer of `spec` (SPEC, or SPEC without its policy_info)."""
+    frames = stacked([frame(index) for index in indices])
+    return frames if spec.policy_info else frames._replace(policy_info=())
+
+
+def assert_unchanged_and_working(buffer, in_graph):
+    """The buffer holds frames 2 and 3 of the layout, and its next add, sample, gather_all and clear work."""
+    assert frames_of(buffer).observation["count"].tolist() == [20, 30]
+    add = tf.function(buffer.add_batch) if in_graph else buffer.add_batch
+    add(layout_frames(buffer.data_spec, 4))
+    sample = buffer.get_next
+    if in_graph:
+        sample = tf.function(lambda sample_batch_size: buffer.get_next(sample_batch_size=sample_batch_size))
+    drawn = np.asarray(sample(sample_batch_size=8)[0].observation["count"])
+    assert drawn.shape == (8,) and set(drawn.tolist()) <= {20, 30, 40}
+    gather = tf.function(buffer.gather_all) if in_graph else buffer.gather_all
+    assert np.asarray(gather().observation["count"])[0].tolist() == [20, 30, 40]
+    (tf.function(buffer.clear) if in_graph else buffer.clear)()
+    assert int(buffer.num_frames()) == 0
+
+
+def minari_episode(index, steps, terminations, truncations):
+    return EpisodeBuffer(
+        id=index,
+        observations={
+            "position": np.full((steps + 1, 2), index, np.float32),
+            "count": np.arange(steps + 1, dtype=np.int64) + 100 * index,
+        },
+        actions=np.arange(steps) % 4,
+        rewards=np.ones(steps),
+        terminations=np.asarray(terminations),
+        truncations=np.asarray(truncations),
+    )
+
+
+@pytest.mark.parametrize("in_graph", [False, True])
+@pytest.mark.parametrize("kind", ["tf_uniform", "py_uniform", "py_prioritized"])
+@pytest.mark.parametrize("read_twice", [False, True])
+def test_a_refused_dataset_leaves_the_buffer_as_it_was(monkeypatch, kind, in_graph, read_twice):
+    # Issue 50, finding 6: the episodes before a refused one were added. Now every episode is checked first;
+    # past CHECKED_BYTES the checked episodes are dropped and read again to be added (read_twice).
+    if read_twice:
+        monkeypatch.setattr(offline._common, "CHECKED_BYTES", 0)
+    spec = SPEC._replace(policy_info=())
+    good = [minari_episode(index, 3, [False, False, True], [False] * 3) for index in range(3)]
+    bad = minari_episode(3, 3, [False, True, False], [False, False, True])  # terminated before its last step
+    observation_space = offline.minari_data._space(spec.observation, "observation")
+    space = {"observation_space": observation_space, "action_space": gymnasium.spaces.Discrete(4)}
+    minari.create_dataset_from_buffers("test/bad-ends-v0", [*good, bad], **space)
+    minari.create_dataset_from_buffers("test/good-ends-v0", good, **space)
+    rlds_bad = rlds_episodes([(3, True), (4, False)]).concatenate(
+        rlds_episodes([(3, True)]).map(
+            lambda episode: {"steps": episode["steps"].map(lambda step: {**step, "is_first": tf.constant(True)})}
+        )
+    )
+    for convert, source, message, spec_ in [
+        (offline.from_minari, "test/bad-ends-v0", r"^episode 3: expected terminations and truncations only on its "
+         r"last step 2, got terminations at \[1\] and truncations at \[2\]$", spec),
+        (offline.from_rlds, rlds_bad, r"^episode 2, step 1: expected not is_first, not is_last", SPEC),
+    ]:  # fmt: skip
+        buffer = tfbuffers.kinds.make(kind, spec_, batch_size=1, max_length=20)
+        for index in (2, 3):
+            buffer.add_batch(layout_frames(spec_, index))
+        before = buffer.state()
+        with pytest.raises(ValueError, match=message):
+            convert(buffer, source)
+        after = buffer.state()
+        assert after.counters == before.counters
+        for name in before.arrays:
+            np.testing.assert_array_equal(after.arrays[name], before.arrays[name])
+        for name in before.extras:
+            np.testing.assert_array_equal(after.extras[name], before.extras[name])
+        assert_unchanged_and_working(buffer, in_graph)
+        # And a good dataset fills it: every episode, in order.
+        good_source = "test/good-ends-v0" if spec_ is spec else rlds_episodes([(3, True), (4, False)])
+        result = convert(buffer, good_source)
+        assert result == (offline.Converted(3, 12, 0) if spec_ is spec else offline.Converted(2, 7, 0))
+        counts = frames_of(buffer).observation["count"].tolist()
+        assert counts == ([0, 1, 2, 3, 100, 101, 102, 103, 200, 201, 202, 203] if spec_ is spec
+                          else [0, 1, 2, 100, 101, 102, 103])  # fmt: skip
+
+
+def test_a_minari_step_both_terminated_and_truncated_terminated_the_episode():
+    # Issue 50, finding 6: gymnasium's TimeLimit returns terminated=True, truncated=True when the time limit's last
+    # step reaches a terminal state (CartPole with a limit of 14 steps does at seed 144), and Minari records both.
+    # It is a termination: discount 0 into the last observation, as tfbuffers.envs stores it.
+    env = gymnasium.make("CartPole-v1", max_episode_steps=14)
+    episodes, ends = [], []
+    for seed in (143, 144):
+        env.action_space.seed(seed)
+        observations, actions, rewards = [env.reset(seed=seed)[0]], [], []
+        while True:
+            action = env.action_space.sample()
+            observation, reward, terminated, truncated, _ = env.step(action)
+            observations.append(observation)
+            actions.append(action)
+            rewards.append(reward)
+            if terminated or truncated:
+                break
+        steps = len(actions)
+        last = np.arange(steps) == steps - 1
+        ends.append((terminated, truncated, steps))
+        episodes.append(
+            EpisodeBuffer(
+                id=len(episodes), observations=np.stack(observations), actions=np.asarray(actions),
+                rewards=np.asarray(rewards), terminations=last & terminated, truncations=last & truncated,
+            )
+        )  # fmt: skip
+    assert ends[1] == (True, True, 14)
+    minari.create_dataset_from_buffers(
+        "test/time-limit-v0", episodes, observation_space=env.observation_space, action_space=env.action_space
+    )
+    dataset = minari.load_dataset("test/time-limit-v0")
+    spec = trajectory.Trajectory(
+        step_type=tf.TensorSpec([], tf.int32),
+        observation=tf.TensorSpec([4], tf.float32),
+        action=tf.TensorSpec([], tf.int64),
+        policy_info=(),
+        next_step_type=tf.TensorSpec([], tf.int32),
+        reward=tf.TensorSpec([], tf.float32),
+        discount=tf.TensorSpec([], tf.float32),
+    )
+    buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=100)
+    first_steps = ends[0][2]
+    assert offline.from_minari(buffer, dataset) == offline.Converted(2, first_steps + 1 + 15, 0)
+    frames = tf.nest.map_structure(lambda leaf: np.asarray(leaf)[0], buffer.gather_all())
+    second = slice(first_steps + 1, None)
+    assert frames.discount[second].tolist() == [1.0] * 13 + [0.0, 1.0]
+    assert frames.step_type[second].tolist() == [FIRST] + [MID] * 13 + [LAST]
+    np.testing.assert_array_equal(frames.observation[second], np.stack(episodes[1].observations))
+    np.testing.assert_array_equal(frames.action[second], [*episodes[1].actions, 0])
+    # Written back, the episode is a termination only.
+    assert offline.to_minari(buffer, "test/time-limit-again-v0") == offline.Converted(2, first_steps + 16, 0)
+    _, again = minari.load_dataset("test/time-limit-again-v0").iterate_episodes()
+    assert again.terminations[-1] and not again.truncations[-1]
 
 
 def test_a_minari_dataset_without_tfbuffers_infos_reads_with_the_gymnasium_conventions():

@@ -27,7 +27,9 @@ reward 0 and discount 1 there).
   `policy_info` or the LAST frame's action and reward, so `to_minari` keeps them
   in each episode's `infos` (`"discount"`, `"policy_info"`, `"last_action"`,
   `"last_reward"`) and `from_minari` reads them back when they are there. For a
-  dataset without them, discounts are 0 on a terminated step and 1 elsewhere,
+  dataset without them, discounts are 0 on a terminated step (one that is
+  both terminated and truncated, as gymnasium's `TimeLimit` reports a terminal
+  state reached on the limit's last step, terminated) and 1 elsewhere,
   and the LAST frame gets action 0 and reward 0. Minari stores rewards as
   gymnasium returns them (float64): they are cast to the reward spec's dtype,
   as `tfbuffers.envs` does when it collects.
@@ -41,8 +43,12 @@ by the FIRST frame's place in its segment): each segment's oldest episode, when 
 has overwritten its start, and its newest, until its LAST frame is added, are
 left out and counted (`Converted.left_out_frames`).
 
-Filling adds every frame of every episode through `add_batch`, so the buffer
-checks them as it checks any add. A buffer of several segments gets each
+Filling is all or nothing: every episode is read and checked first (its flags,
+fields, dtypes and shapes), and only then are its frames added, so a refused
+dataset leaves the buffer exactly as it was. The checked episodes are kept in
+memory up to `CHECKED_BYTES` (256 MiB); a larger dataset is read a second time
+to be added. The frames go in through `add_batch`, so the buffer checks them as
+it checks any add. A buffer of several segments gets each
 episode whole in one segment, the segment with the fewest frames so far, and
 its adds fill every segment at once: the frames past the shortest segment's
 end at the last add are left out, counted, and warned about. Fill a buffer of
@@ -60,6 +66,7 @@ from tfbuffers.offline._common import (
     BAD_ENDS,
     BAD_FLAGS,
     BAD_INFO,
+    CHECKED_BYTES,
     FIRST,
     LAST,
     LEFT_OUT,
@@ -88,6 +95,7 @@ __all__ = [
     "BAD_ENDS",
     "BAD_FLAGS",
     "BAD_INFO",
+    "CHECKED_BYTES",
     "Converted",
     "Episode",
     "FIRST",

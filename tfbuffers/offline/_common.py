@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections.abc
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +31,11 @@ FIRST, MID, LAST = 0, 1, 2
 
 
 PROGRESS_DELAY_SECONDS = 2.0
+
+
+CHECKED_BYTES = 256 * 2**20
+"""The episodes `from_rlds` and `from_minari` keep between checking them and adding them: past this many bytes,
+they are dropped once checked and read a second time to be added."""
 
 
 RLDS_NAME = "tfbuffers_episodes"
@@ -79,8 +84,8 @@ TOO_SHORT = "episode {episode}: expected at least 2 steps (a first and a last ob
 
 
 BAD_ENDS = (
-    "episode {episode}: expected terminations and truncations only on its last step {last}, and not both there, "
-    "got terminations at {terminations} and truncations at {truncations}"
+    "episode {episode}: expected terminations and truncations only on its last step {last}, got terminations at "
+    "{terminations} and truncations at {truncations}"
 )
 
 
@@ -221,7 +226,6 @@ class Filler:
         self._queued = np.zeros(self._batch_size, np.int64)  # frames dealt and not yet added, per segment
         self._dealt = 0
         self.frames = 0
-        self.result = Converted(0, 0, 0)
         kind = kinds.BY_CLASS.get(type(buffer).__name__)
         self._add = self._graph_adder() if kind is not None and not kind.host else self._host_adder()
 
@@ -283,14 +287,8 @@ class Filler:
             self._add(*[leaf[start : start + self.CHUNK] for leaf in leaves])
         self.frames += count * self._batch_size
 
-    def __enter__(self) -> Filler:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        """Adds what every segment can take at once (also when a later episode was refused)."""
-        self.result = self._close()
-
-    def _close(self) -> Converted:
+    def close(self) -> Converted:
+        """Adds what every segment can take at once, and says what was added and left out."""
         if self._queued.min() > 0:
             self._flush(int(self._queued.min()))
         left_out_frames = int(self._queued.sum())
@@ -299,9 +297,47 @@ class Filler:
         if left_out_frames:
             warnings.warn(
                 LEFT_OUT.format(frames=left_out_frames, episodes=left_out_episodes, batch_size=self._batch_size),
-                stacklevel=4,  # the caller of from_rlds / from_minari
+                stacklevel=4,  # the caller of from_rlds / from_minari (through fill)
             )
         return Converted(whole, self.frames, left_out_frames)
+
+
+def fill(
+    buffer: Any, read: Callable[[], Iterable[Episode]], total: int | None, what: str, progress: bool | None
+) -> Converted:
+    """Adds the episodes `read()` gives, all or none: every one is read and checked before the first add.
+
+    `read()` converts each episode to the buffer's fields and raises, naming the
+    episode, on one it refuses, so a refusal leaves the buffer as it was. Up to
+    `CHECKED_BYTES` the checked episodes are kept for the adds; past it `read()`
+    is called again (a dataset read twice must give the same episodes).
+    """
+    kept: list[Episode] | None = []
+    size = 0
+    bar = progress_bar(progress, total, f"checking {what}")
+    try:
+        for episode in read():
+            size += sum(leaf.nbytes for leaf in episode)
+            if kept is not None and size <= CHECKED_BYTES:
+                kept.append(episode)
+            else:
+                kept = None
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    filler = Filler(buffer)
+    bar = progress_bar(progress, total, f"adding {what}")
+    try:
+        for episode in read() if kept is None else kept:
+            filler.put(episode)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return filler.close()
 
 
 def episode_step_types(length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -20,10 +20,10 @@ from tfbuffers.offline._common import (
     WRONG_FIELD,
     Converted,
     Episode,
-    Filler,
     describe,
     ends_by_termination,
     episode_step_types,
+    fill,
     lookup_field,
     progress_bar,
     role_of,
@@ -183,7 +183,7 @@ def _minari_frames(episode: Any, fields: Sequence[specs.Field]) -> Episode:
     steps = len(episode.rewards)
     terminations, truncations = np.asarray(episode.terminations, bool), np.asarray(episode.truncations, bool)
     last = steps - 1
-    if steps < 1 or terminations[:last].any() or truncations[:last].any() or (terminations[last] and truncations[last]):
+    if steps < 1 or terminations[:last].any() or truncations[:last].any():
         raise ValueError(
             BAD_ENDS.format(
                 episode=episode.id, last=last, terminations=np.flatnonzero(terminations).tolist(),
@@ -213,7 +213,7 @@ def _minari_frames(episode: Any, fields: Sequence[specs.Field]) -> Episode:
             leaves.append(np.concatenate([rewards, np.zeros(1, dtype) if last_reward is None else last_reward]))
         elif role == "discount":
             discount = _info(episode.id, infos, "discount", keys, field.spec, length)
-            if discount is None:
+            if discount is None:  # a step both terminated and truncated (gymnasium's TimeLimit) terminated
                 discount = np.ones(length, dtype)
                 discount[-2] = 0 if terminations[last] else 1
             leaves.append(discount)
@@ -243,11 +243,12 @@ def from_minari(buffer: Any, dataset: Any, *, progress: bool | None = None) -> C
 
     Raises:
       TypeError: If the buffer's frames are not `Trajectory` frames.
-      ValueError: Naming the space, before anything is added, if the dataset's
-        observation or action space differs from the buffer's spec in structure,
-        dtype or shape; naming the episode, when it is read, if it ends before
-        its last step, or its `infos` carry a discount, last action, last reward
-        or policy_info of another dtype or shape (the episodes before it stay added).
+      ValueError: Naming the space or the episode, before anything is added
+        (every episode is read and checked first, so a refused dataset leaves
+        the buffer as it was): if the dataset's observation or action space
+        differs from the buffer's spec in structure, dtype or shape, or an
+        episode ends before its last step, or its `infos` carry a discount,
+        last action, last reward or policy_info of another dtype or shape.
     """
     import minari
 
@@ -255,13 +256,8 @@ def from_minari(buffer: Any, dataset: Any, *, progress: bool | None = None) -> C
     if isinstance(dataset, str):
         dataset = minari.load_dataset(dataset)
     _check_spaces(dataset, buffer.fields)
-    bar = progress_bar(progress, dataset.total_episodes, "adding Minari episodes")
-    filler = Filler(buffer)
-    with filler:
-        for episode in dataset.iterate_episodes():
-            filler.put(_minari_frames(episode, buffer.fields))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    return filler.result
+
+    def read() -> Iterator[Episode]:
+        return (_minari_frames(episode, buffer.fields) for episode in dataset.iterate_episodes())
+
+    return fill(buffer, read, dataset.total_episodes, "Minari episodes", progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,11 +22,11 @@ from tfbuffers.offline._common import (
     TOO_SHORT,
     Converted,
     Episode,
-    Filler,
     check_flags,
     check_step_spec,
     ends_by_termination,
     episode_step_types,
+    fill,
     lookup_field,
     progress_bar,
     role_of,
@@ -176,29 +176,27 @@ def from_rlds(buffer: Any, episodes: Any, *, progress: bool | None = None) -> Co
         `episodes` is not a dataset of RLDS episodes.
       ValueError: Naming the step field, before anything is added, if a field
         the buffer stores is missing from the steps or has another dtype or shape;
-        naming the episode and step, when it is read, if its `is_first`,
-        `is_last` and `is_terminal` do not delimit one episode of at least two
-        steps (the episodes before it stay added).
+        naming the episode and step, also before anything is added (every
+        episode is read and checked first, so a refused dataset leaves the
+        buffer as it was), if its `is_first`, `is_last` and `is_terminal` do
+        not delimit one episode of at least two steps.
     """
     trajectory_spec(buffer)
     dataset = _rlds_episodes(episodes)
     steps_spec = dataset.element_spec["steps"]
     check_step_spec(steps_spec.element_spec, buffer.fields)
     total = int(dataset.cardinality()) if int(dataset.cardinality()) >= 0 else None
-    bar = progress_bar(progress, total, "adding RLDS episodes")
-    filler = Filler(buffer)
-    steps = iter(dataset.map(lambda episode: episode["steps"].batch(2**31 - 1).get_single_element()))
-    with filler:
+    steps = dataset.map(lambda episode: episode["steps"].batch(2**31 - 1).get_single_element())
+
+    def read() -> Iterator[Episode]:
+        episodes = iter(steps)
         for index in itertools.count():
             try:
-                episode = next(steps)
+                episode = next(episodes)
             except StopIteration:
-                break
+                return
             except tf.errors.InvalidArgumentError as error:  # an episode of no steps: nothing to batch
                 raise ValueError(TOO_SHORT.format(episode=index, received=0)) from error
-            filler.put(_rlds_frames(index, tf.nest.map_structure(np.asarray, episode), buffer.fields))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    return filler.result
+            yield _rlds_frames(index, tf.nest.map_structure(np.asarray, episode), buffer.fields)
+
+    return fill(buffer, read, total, "RLDS episodes", progress)
