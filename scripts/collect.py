@@ -24,7 +24,8 @@ buffer's free segments (`buffer.writer(num_envs)`, said at start), adds every
 frame as it is made (sent in order, the frames made meanwhile together), and
 releases them when it exits. Every frame it added is kept; an actor killed
 outright loses only the frames it had not sent yet, and its segments stay
-claimed (start the server with --segments for every actor's environments).
+claimed until its lease runs out (30 s: a restarted actor claims them again;
+start the server with --segments for every actor's environments).
 
     python scripts/replay_server.py --backend ray --port 6379 --segments 1 &
     python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy &

@@ -6,6 +6,7 @@ writer, a killed buffer actor, the rate limiter, and who can reach the cluster.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -388,7 +389,7 @@ def test_a_killed_actor_stops_only_its_own_segments():
         items, _ = buffer.get_next(sample_batch_size=200, num_steps=4)
         check_windows(items, 4)
     with pytest.raises(ValueError, match="num_envs: expected at most the 1 free segment"):
-        buffer.writer(2)  # the dead actor's segments stay claimed
+        buffer.writer(2)  # the dead actor's segments stay claimed until their lease runs out (30 s)
     buffer.close()
 
 
@@ -429,18 +430,33 @@ def test_rate_limiter_waits_and_says_why():
     buffer.close()
 
 
-def test_a_writers_adds_arrive_in_order_and_an_error_is_raised_by_its_next_call():
-    # Ratio 1 with error_buffer 2: three frames may be added before a sample; the fourth waits, then times out.
-    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=100, min_size_to_sample=1, samples_per_insert=1.0,
+def test_a_writers_returned_adds_are_stored_in_order_whatever_the_rate_limiter_holds():
+    # Issue 50: an add that returned is stored unless the process dies. Ratio 1 with error_buffer 2: three frames may
+    # be added before a sample; the actor keeps the rest waiting (it used to time them out and drop them), and a
+    # writer with max_pending adds waiting refuses the next frame, past its timeout, without taking it.
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=200, min_size_to_sample=1, samples_per_insert=1.0,
                              error_buffer=2.0, timeout=0.5)  # fmt: skip
     writer = buffer.writer(1)
-    ids = [writer.add_batch(batch([t], 1)).tolist() for t in range(6)]  # returns at once: adds are sent behind
-    assert ids == [[0], [2], [4], [6], [8], [10]]  # add_number * batch_size + segment 0
-    with pytest.raises(TimeoutError, match=r"add of 1 frame.*\(\d of the \d adds this writer sent in one call were"):
+    ids, accepted = [], 0
+    with pytest.raises(TimeoutError) as raised:
+        for t in range(200):
+            ids.append(writer.add_batch(batch([t], 1)).tolist())  # returns at once: adds are sent behind
+            accepted += 1
+    assert accepted >= 64 and ids[:3] == [[0], [2], [4]]  # add_number * batch_size + segment 0
+    assert str(raised.value).startswith(
+        f"RayWriter of RayReplayBuffer {buffer.name!r}: add_batch waited 0.5 s for {writer.pending} earlier add(s) "
+        "to be stored (the rate limiter holds them until the learner samples): this frame was not added"
+    )
+    assert accepted - 3 <= writer.pending <= accepted  # not known to be stored: the call in flight counts whole
+    with pytest.raises(TimeoutError, match=rf"flush waited 0.5 s for {writer.pending} add\(s\) to be stored"):
         writer.flush()
     assert buffer.frames_per_segment() == [3, 0]
-    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == [0, 1, 2]
+    while writer.pending:  # the learner samples: the limiter lets the kept adds in
+        buffer.get_next(sample_batch_size=2)
+        with contextlib.suppress(TimeoutError):
+            writer.flush()
     writer.close()
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == list(range(accepted))  # every one, in order
     with pytest.raises(ValueError, match="RayWriter: the writer is closed"):
         writer.add_batch(batch([9], 1))
     unlimited = RayReplayBuffer(SPEC, batch_size=3, max_length=500)
@@ -451,6 +467,92 @@ def test_a_writers_adds_arrive_in_order_and_an_error_is_raised_by_its_next_call(
     assert np.asarray(unlimited.gather_segment(1)["x"]).tolist() == list(range(1000, 1300))  # in order
     for target in (buffer, unlimited):
         target.close()
+
+
+def wait_until(condition, seconds=60.0):
+    """Polls `condition()` until it holds; fails after `seconds` (a bound on correctness, not a speed limit)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the bound"
+        time.sleep(0.05)
+
+
+@ray.remote(num_cpus=0)
+def add_and_drop(buffer, frames):
+    """A Ray task whose writer goes out of scope without close(), as a TF-Agents observer's does."""
+    writer = buffer.writer(1)
+    (segment,) = writer.segments
+    for t in range(frames):
+        writer.add_batch(batch([t], 1))
+    return segment
+
+
+def test_a_writer_dropped_without_close_stores_every_returned_add_and_frees_its_segments():
+    # Issue 50, finding 2: a writer that added 50 frames and went out of scope kept 44, and its segment stayed claimed.
+    buffer = RayReplayBuffer(SPEC, batch_size=3, max_length=200, name="dropped-writers")
+    writer = buffer.writer(1)
+    for t in range(50):
+        writer.add_batch(batch([t], 1))
+    del writer  # no close(): collected here, in this process
+    wait_until(lambda: buffer.writer_report()["dropped"] == 1)
+    assert buffer.frames_per_segment() == [50, 0, 0]
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == list(range(50))
+    # In a Ray worker: the task returns, its writer is collected there.
+    segment = ray.get(add_and_drop.remote(buffer, 30))
+    wait_until(lambda: buffer.writer_report()["dropped"] == 2)
+    assert np.asarray(buffer.gather_segment(segment)["x"]).tolist()[-30:] == list(range(30))  # after any before
+    # Another driver that exits without closing its writer: stored before its Ray connection shuts down.
+    script = (
+        "import sys, numpy as np\n"
+        "from tfbuffers import RayReplayBuffer\n"
+        "buffer = RayReplayBuffer.connect('dropped-writers', address=sys.argv[1])\n"
+        "writer = buffer.writer(1)\n"
+        "print(writer.segments[0], flush=True)\n"
+        "for t in range(40):\n"
+        "    writer.add_batch({'x': np.array([t]), 'obs': np.zeros([1, 3], np.float32)})\n"
+    )
+    address = ray.get_runtime_context().gcs_address
+    done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    last = int(done.stdout.split()[-1])
+    wait_until(lambda: buffer.writer_report()["dropped"] == 3)
+    assert np.asarray(buffer.gather_segment(last)["x"]).tolist()[-40:] == list(range(40))
+    assert int(buffer.num_frames()) == 50 + 30 + 40
+    report = buffer.writer_report()
+    assert report == {"claims": {}, "closed": 0, "dropped": 3, "expired": 0, "lost_adds": 0}
+    assert buffer.writer(3).segments == [0, 1, 2]  # every claim released
+    buffer.close()
+
+
+def test_a_writer_whose_process_died_gives_its_segments_up_within_its_lease():
+    # Issue 50, finding 3: a dead writer's segments stayed claimed for the life of the buffer.
+    lease = 2.0
+    buffer = RayReplayBuffer(TRACED, batch_size=3, max_length=50, episode_boundaries=True, writer_lease=lease)
+    doomed = Actor.remote(buffer, 1, 2)
+    doomed_segments = ray.get(doomed.segments.remote())
+    running = doomed.run.remote(10_000, 0.002)
+    wait_until(lambda: min(buffer.frames_per_segment()[s] for s in doomed_segments) >= 5)
+    kill(doomed)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running)
+    # A live writer that adds nothing keeps its claim past the lease: its process renews it.
+    with buffer.writer(1) as idle:
+        time.sleep(3 * lease)
+        wait_until(lambda: buffer.writer_report()["expired"] == 1, seconds=20 * lease)
+        assert list(buffer.writer_report()["claims"]) == idle.segments
+        idle.add_batch(traced(2, idle.segments, 0))
+        idle.flush()
+    # The dead writer's segments are free: a restarted actor claims them again.
+    restarted = Actor.remote(buffer, 3, 2)
+    assert sorted(ray.get(restarted.segments.remote())) == sorted(doomed_segments)
+    ray.get(restarted.run.remote(5))
+    ray.get(restarted.close.remote())
+    report = buffer.writer_report()
+    assert report == {"claims": {}, "closed": 2, "dropped": 0, "expired": 1, "lost_adds": 0}
+    for _ in range(3):  # windows never cross from the dead writer's frames into the new writer's
+        items, _ = buffer.get_next(sample_batch_size=100, num_steps=2)
+        check_windows(items, 2)
+    buffer.close()
 
 
 def test_save_load_after_the_actor_is_killed(tmp_path):

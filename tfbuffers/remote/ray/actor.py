@@ -6,6 +6,7 @@ the weight of the windows it can draw, then a window in it, with the rate limite
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
@@ -17,14 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import prioritized, sampling, specs
-from tfbuffers.remote.ray.cluster import cause_of
+from tfbuffers.remote.ray.claims import Claims
+from tfbuffers.remote.ray.cluster import cause_of, import_ray
 from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
-
-NOT_ENOUGH_SEGMENTS = (
-    "num_envs: expected at most the {free} free segment(s) of the buffer's {total} (claimed: {claimed}), got {received}"
-)
-
+from tfbuffers.remote.ray.writer import WRITES
 
 WAITED = (
     "RayReplayBuffer {name!r}: {what} waited {seconds:g} s for the rate limiter (min_size_to_sample={min_size}, "
@@ -59,7 +57,7 @@ class RayHost:
         self._rng = np.random.default_rng(config["seed"])
         self._backend = sampling.numpy_backend(self._rng)  # the segments' weights: each sampler's `Sample.mass`
         self._limiter = RateLimiter(config["min_size_to_sample"] or 0, *(config["ratio"] or (None, None)))
-        self._claims: dict[int, str] = {}  # segment -> writer
+        self._claims = Claims(config["batch_size"], config.get("writer_lease"))
         self._closed = False
         prioritized_ = config["sampler"] == "prioritized"
         self._class: Any = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
@@ -108,29 +106,50 @@ class RayHost:
     # Claims.
 
     def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
-        """`num_envs` free segments, now claimed by `writer`, and their add counts; raises if fewer are free."""
+        """`num_envs` free segments, now claimed by `writer`, and their add counts (`Claims.claim`)."""
         with self._lock:
-            free = [s for s in range(len(self._segments)) if s not in self._claims]
-            if num_envs > len(free):
-                claimed = sorted(set(self._claims.values()))
-                raise ValueError(
-                    NOT_ENOUGH_SEGMENTS.format(
-                        free=len(free), total=len(self._segments), claimed=claimed or "none", received=num_envs
-                    )
-                )
-            for s in free[:num_envs]:
-                self._claims[s] = writer
-            return free[:num_envs], [int(self._segments[s].storage.added) for s in free[:num_envs]]
+            segments = self._claims.claim(num_envs, writer)
+            return segments, [int(self._segments[s].storage.added) for s in segments]
 
-    def release(self, writer: str) -> None:
-        """Frees the segments `writer` claimed."""
+    def renew(self, writers: list[str]) -> list[str]:
+        """Extends the leases of `writers`' claims (their process's heartbeat); returns those that hold none."""
         with self._lock:
-            self._claims = {s: w for s, w in self._claims.items() if w != writer}
+            return self._claims.renew(writers)
+
+    def release(self, writer: str, how: str = "closed") -> None:
+        """Frees the segments `writer` claimed (`how` its claim ended, for `writer_report`)."""
+        with self._lock:
+            self._claims.release(writer, how)
 
     def claims(self) -> dict[int, str]:
         """Which writer claimed each claimed segment."""
         with self._lock:
-            return dict(self._claims)
+            return self._claims.holders()
+
+    def writer_report(self) -> dict[str, Any]:
+        """The claims held now, and how many writers gave theirs up each way (`RayReplayBuffer.writer_report`)."""
+        with self._lock:
+            return self._claims.report()
+
+    def adopt(self, writer: str, segments: list[int], batches: list[list[np.ndarray]], in_flight: list[Any]) -> int:
+        """A writer dropped without `close()`: its adds stored after its call in flight, then its segments freed.
+
+        Returns how many of `batches` were stored; those not stored are counted in `writer_report`'s `lost_adds`.
+        """
+        ray = import_ray()
+        stored = 0
+        try:
+            if in_flight:
+                with contextlib.suppress(Exception):  # add_many counted what it did not store
+                    ray.get(in_flight[0])
+            if batches:
+                stored = len(self.add_many(segments, batches, None, writer))
+        except Exception:  # noqa: BLE001 - nobody is left to tell but the report
+            with self._lock:
+                self._claims.ended["lost_adds"] += len(batches) - stored
+        finally:
+            self.release(writer, "dropped")
+        return stored
 
     # Adds and samples.
 
@@ -160,13 +179,20 @@ class RayHost:
             self._changed.wait(left)
             self._check_open()
 
-    def add(self, segments: list[int], leaves: list[np.ndarray], timeout: float | None) -> np.ndarray:
-        """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids."""
+    def add(
+        self, segments: list[int], leaves: list[np.ndarray], timeout: float | None, writer: str | None = None
+    ) -> np.ndarray:
+        """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids.
+
+        `writer`: the `RayWriter` adding, which must hold `segments`.
+        """
         count = len(segments)
         items = self._pack(leaves)
         checked, _ = specs.check_batch(items, self._spec, self._fields, (count,))
         with self._lock:
             self._check_open()
+            if writer is not None:
+                self._claims.check(writer, segments)
             limiter = self._limiter
             self._wait(
                 lambda: limiter.can_insert(self._size(), count),
@@ -182,12 +208,14 @@ class RayHost:
             self._changed.notify_all()
             return ids
 
-    def add_many(self, segments: list[int], batches: list[list[np.ndarray]], timeout: float | None) -> np.ndarray:
+    def add_many(
+        self, segments: list[int], batches: list[list[np.ndarray]], timeout: float | None, writer: str | None = None
+    ) -> np.ndarray:
         """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`."""
         ids = []
         for leaves in batches:
             try:
-                ids.append(self.add(segments, leaves, timeout))
+                ids.append(self.add(segments, leaves, timeout, writer))
             except Exception as error:  # said with how many were stored: nothing is dropped unsaid
                 stored = f"{len(ids)} of the {len(batches)} adds this writer sent in one call were stored, the rest not"
                 raise type(error)(f"{error} ({stored})") from None
@@ -218,49 +246,9 @@ class RayHost:
                 limiter.samples += count
             # Nothing changes under the lock, so the batches are one draw of allowed * count windows: each
             # segment weighed and read once per call, not once per batch.
-            drawn = self._draw(allowed * count, num_steps)
+            drawn = draw(self._segments, self._rng, self._backend, self._label, allowed * count, num_steps)
             self._changed.notify_all()
         return drawn
-
-    def _draw(self, sample_batch_size: int, num_steps: int | None) -> tuple[list[np.ndarray], np.ndarray, Any]:
-        """`sample_batch_size` windows across the segments, each segment drawn in proportion to its windows' weight."""
-        masses = np.zeros(len(self._segments))
-        refusal = None
-        for s, segment in enumerate(self._segments):
-            try:
-                masses[s] = self._mass(segment, num_steps)
-            except tf.errors.InvalidArgumentError as error:
-                if refusal is None or "is empty" in refusal:
-                    refusal = error.message.replace(type(segment).__name__, self._label)
-        total = masses.sum()
-        if not total > 0:
-            raise ValueError(refusal or sampling.EMPTY.format(buffer=self._label))
-        shares = masses / total
-        counts = self._rng.multinomial(sample_batch_size, shares)
-        parts, ids, probabilities = [], [], []
-        for s in np.flatnonzero(counts):
-            leaves, local_ids, local_probabilities = self._segments[s].sample_arrays(int(counts[s]), num_steps)
-            parts.append(leaves)
-            ids.append(np.asarray(local_ids) * len(self._segments) + s)
-            probabilities.append(np.asarray(local_probabilities, np.float64) * shares[s])
-        order = self._rng.permutation(sample_batch_size)
-        leaves = [np.concatenate(column)[order] for column in zip(*parts)]
-        all_ids = np.concatenate(ids)[order]
-        all_probabilities = np.asarray(np.concatenate(probabilities)[order], np.float32)
-        return leaves, all_ids, all_probabilities
-
-    def _mass(self, segment: Any, num_steps: int | None) -> float:
-        """The weight of the windows of `num_steps` a draw from `segment` chooses among now (`Sample.mass`).
-
-        Raises as a sample would (an empty segment, no window), or if the sampler does not say. The segments
-        are read under the actor's lock only: their sampler and storage are read directly.
-        """
-        mass = segment.sampler.sample(self._backend, segment.storage.added, 1, num_steps).mass
-        if mass is None:
-            raise ValueError(
-                f"sampler: {type(segment.sampler).__name__} does not say its windows' weight (Sample.mass)"
-            )
-        return float(mass)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets priorities by global id (`RayReplayBuffer.update_priorities`); returns how many were skipped."""
@@ -371,6 +359,56 @@ class RayHost:
             raise ValueError(f"{self._label}: the buffer is closed")
 
 
+def draw(
+    segments: list[Any],
+    rng: np.random.Generator,
+    backend: Any,
+    label: str,
+    sample_batch_size: int,
+    num_steps: int | None,
+) -> tuple[list[np.ndarray], np.ndarray, Any]:
+    """`sample_batch_size` windows across the segments, each segment drawn in proportion to its windows' weight.
+
+    `label` names the buffer in a refusal; `backend` weighs the segments (each sampler's `Sample.mass`).
+    """
+    masses = np.zeros(len(segments))
+    refusal = None
+    for s, segment in enumerate(segments):
+        try:
+            masses[s] = segment_mass(segment, backend, num_steps)
+        except tf.errors.InvalidArgumentError as error:
+            if refusal is None or "is empty" in refusal:
+                refusal = error.message.replace(type(segment).__name__, label)
+    total = masses.sum()
+    if not total > 0:
+        raise ValueError(refusal or sampling.EMPTY.format(buffer=label))
+    shares = masses / total
+    counts = rng.multinomial(sample_batch_size, shares)
+    parts, ids, probabilities = [], [], []
+    for s in np.flatnonzero(counts):
+        leaves, local_ids, local_probabilities = segments[s].sample_arrays(int(counts[s]), num_steps)
+        parts.append(leaves)
+        ids.append(np.asarray(local_ids) * len(segments) + s)
+        probabilities.append(np.asarray(local_probabilities, np.float64) * shares[s])
+    order = rng.permutation(sample_batch_size)
+    leaves = [np.concatenate(column)[order] for column in zip(*parts)]
+    all_ids = np.concatenate(ids)[order]
+    all_probabilities = np.asarray(np.concatenate(probabilities)[order], np.float32)
+    return leaves, all_ids, all_probabilities
+
+
+def segment_mass(segment: Any, backend: Any, num_steps: int | None) -> float:
+    """The weight of the windows of `num_steps` a draw from `segment` chooses among now (`Sample.mass`).
+
+    Raises as a sample would (an empty segment, no window), or if the sampler does not say. The segments
+    are read under the actor's lock only: their sampler and storage are read directly.
+    """
+    mass = segment.sampler.sample(backend, segment.storage.added, 1, num_steps).mass
+    if mass is None:
+        raise ValueError(f"sampler: {type(segment.sampler).__name__} does not say its windows' weight (Sample.mass)")
+    return float(mass)
+
+
 _ACTOR_CLASS: Any = None
 
 
@@ -378,7 +416,8 @@ def actor_class(ray: Any) -> Any:
     """`RayHost` as a Ray actor class: threads for waits, no CPU held (it sleeps between calls)."""
     global _ACTOR_CLASS
     if _ACTOR_CLASS is None:
-        _ACTOR_CLASS = ray.remote(num_cpus=0, max_concurrency=16)(RayHost)
+        # The writers' calls wait for the rate limiter in threads of their own: never in the samples' way.
+        _ACTOR_CLASS = ray.remote(num_cpus=0, max_concurrency=16, concurrency_groups={WRITES: 64})(RayHost)
     return _ACTOR_CLASS
 
 

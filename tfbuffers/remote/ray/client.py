@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import pathlib
-import uuid
 from typing import Any
 
 import numpy as np
@@ -20,14 +19,12 @@ import tensorflow as tf
 from tfbuffers import specs
 from tfbuffers.execution import host
 from tfbuffers.remote.base import RemoteReplayBuffer
-from tfbuffers.remote.options import sampler_record
 from tfbuffers.remote.ray.actor import started_actor
 from tfbuffers.remote.ray.cluster import NAMESPACE, call, ensure_ray, import_ray
-from tfbuffers.remote.ray.config import actor_config, check_timeout, found_actor
-from tfbuffers.remote.ray.manifest import Source, read_manifest
+from tfbuffers.remote.ray.config import WRITER_LEASE, actor_config, check_timeout, found_actor
+from tfbuffers.remote.ray.hosting import RayHosting
 from tfbuffers.remote.ray.prefetch import PREFETCH_ITEMS, Prefetch, fetch_batches, split_samples
-from tfbuffers.remote.ray.writer import RayWriter
-from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int, positive_int
+from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int
 from tfbuffers.sampling import SamplerFactory
 
 NO_PASS = (
@@ -45,7 +42,7 @@ NO_PRIORITIES = (
 )
 
 
-class RayReplayBuffer(RemoteReplayBuffer):
+class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
     """A replay buffer hosted by a Ray actor: many processes (and machines) add, any samples.
 
     The frames live in one Ray actor, in `batch_size` segments of `max_length` frames (a
@@ -105,6 +102,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
         name: str | None = None,
         address: str | None = None,
         prefetch_items: int | None = None,
+        writer_lease: float | None = WRITER_LEASE,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -141,6 +139,8 @@ class RayReplayBuffer(RemoteReplayBuffer):
             `PREFETCH_ITEMS`, 8192 (512 prioritized). The actor weighs and reads each
             segment once per call, so larger fetches sample faster; a fetched window is drawn from the
             buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
+          writer_lease: Seconds a writer's claim lasts without a renewal (its process renews it while it
+            lives): a writer whose process died gives its segments up within that; None: never.
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -161,6 +161,7 @@ class RayReplayBuffer(RemoteReplayBuffer):
             error_buffer=error_buffer,
             seed=seed,
             name=name,
+            writer_lease=writer_lease,
         )
         timeout = check_timeout(timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
@@ -221,38 +222,6 @@ class RayReplayBuffer(RemoteReplayBuffer):
         # A handle elsewhere (a Ray task or actor) shares the actor; only the handle that made it ends it.
         handle = functools.partial(self._handle, owner=False, timeout=self._timeout, prefetch=self._prefetch_items)
         return (handle, (self._actor, self._config))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
-        """A new buffer holding what `save(path)` wrote: its configuration and every segment's frames.
-
-        `overrides` go to the constructor (`directory=`, `name=`, `seed=`, `timeout=`, ...). The actor
-        reads the files: `path` is on its machine.
-
-        Raises:
-          FileNotFoundError: If `path` holds no buffer saved by `save`.
-          ValueError: If a file is damaged or of another format (see `tfbuffers.files`).
-        """
-        path = pathlib.Path(path).absolute()
-        spec, arguments = read_manifest(path)
-        directory = overrides.pop("directory", None)
-        mapped = None if directory is None else pathlib.Path(directory).absolute()
-        return cls(spec, **{**arguments, **overrides, "directory": Source("load", path, mapped)})
-
-    @classmethod
-    def open(cls, directory: str | os.PathLike, **overrides: Any) -> RayReplayBuffer:
-        """The buffer kept under `directory` (made with `directory=`) in a new actor, after the last one died.
-
-        It holds every add that returned (`tfbuffers.storage.memmap`: each segment's directory is reopened).
-        `overrides`: `name=`, `seed=`, `timeout=`, `address=`, `prefetch_items=`.
-
-        Raises:
-          FileNotFoundError: If `directory` holds no RayReplayBuffer.
-          tfbuffers.storage.memmap.DirectoryInUseError: If an actor still holds it open.
-        """
-        directory = pathlib.Path(directory).absolute()
-        spec, arguments = read_manifest(directory)
-        return cls(spec, **{**arguments, **overrides, "directory": Source("open", directory, directory)})
 
     # Properties.
 
@@ -361,32 +330,6 @@ class RayReplayBuffer(RemoteReplayBuffer):
 
     def _update_value(self, ids: np.ndarray, priorities: np.ndarray) -> np.int64:
         return np.int64(self._remote("update_priorities", ids, priorities))
-
-    def flush(self) -> None:
-        """Writes every memory-mapped segment back to the disk (`msync`); nothing to do in RAM."""
-        self._remote("flush")
-
-    def save(self, path: str | os.PathLike) -> pathlib.Path:
-        """Writes every segment's file (`tfbuffers.files`) and the buffer's configuration under the directory `path`.
-
-        The actor writes them: `path` is on the actor's machine. `RayReplayBuffer.load(path)` reads them.
-
-        Raises:
-          ValueError: Naming `sampler`, before anything is written, if the manifest cannot record it (a lambda).
-        """
-        sampler = self._config["sampler_record"] or sampler_record(self.sampler, "RayReplayBuffer.save")  # or raises
-        return pathlib.Path(self._remote("save", str(pathlib.Path(path).absolute()), sampler))
-
-    def writer(self, num_envs: int) -> RayWriter:
-        """Claims `num_envs` free segments for this process: a `RayWriter` adds to them alone.
-
-        Raises:
-          ValueError: If fewer segments are free, naming how many are and who holds the others.
-        """
-        self._check_open()
-        num_envs = positive_int("num_envs", num_envs)
-        token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        return RayWriter(self, self._remote("claim", num_envs, token), token)
 
     def _close(self) -> None:
         ray = import_ray()

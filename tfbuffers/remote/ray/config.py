@@ -31,6 +31,10 @@ NOT_EMPTY = (
 )
 
 
+WRITER_LEASE = 30.0
+"""Seconds a writer's claim lasts without a renewal, by default (`RayReplayBuffer(writer_lease=)`)."""
+
+
 def actor_config(
     data_spec: Any,
     capacity: int | None,
@@ -47,6 +51,7 @@ def actor_config(
     error_buffer: float | None,
     seed: int | None,
     name: str | None,
+    writer_lease: float | None = None,
 ) -> dict[str, Any]:
     """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
 
@@ -64,6 +69,10 @@ def actor_config(
     ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)
     if ratio is not None and min_size_to_sample is None:
         min_size_to_sample = 1
+    if writer_lease is not None and (
+        isinstance(writer_lease, bool) or not isinstance(writer_lease, int | float) or not writer_lease > 0
+    ):
+        raise ValueError(f"writer_lease: expected a number of seconds > 0 or None, got {writer_lease!r}")
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
     source: Source | None = None
@@ -108,6 +117,7 @@ def actor_config(
         "min_size_to_sample": min_size_to_sample,
         "ratio": ratio,
         "seed": seed,
+        "writer_lease": writer_lease,
         "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
         "source": None if source is None else [source.kind, str(source.path)],
     }

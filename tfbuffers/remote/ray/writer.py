@@ -1,8 +1,18 @@
-"""`RayWriter`: the segments of a Ray-hosted buffer that one process claimed, and its adds to them."""
+"""`RayWriter`: the segments of a Ray-hosted buffer that one process claimed, and its adds to them.
+
+What a writer holds lives in a `Claim`, apart from the writer, so that a writer dropped without `close()`
+still stores what it accepted (`weakref.finalize`), and so that this process's heartbeat (`Heartbeat`) keeps
+its claims' leases while it lives.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import threading
+import time
+import warnings
+import weakref
 from typing import Any, Protocol
 
 import numpy as np
@@ -11,9 +21,39 @@ from tfbuffers import specs
 from tfbuffers.execution import host
 from tfbuffers.remote.ray.cluster import call, cause_of, import_ray
 
+WRITES = "writes"
+"""The actor's concurrency group of the writers' calls: adds waiting for the rate limiter never take the threads
+that samples and the rest run in."""
+
+
+WAITED = (
+    "RayWriter of RayReplayBuffer {name!r}: add_batch waited {seconds:g} s for {pending} earlier add(s) to be "
+    "stored (the rate limiter holds them until the learner samples): this frame was not added; the earlier ones "
+    "are kept and will be stored (flush() waits for them)"
+)
+
+
+FLUSH_WAITED = (
+    "RayWriter of RayReplayBuffer {name!r}: {what} waited {seconds:g} s for {pending} add(s) to be stored (the "
+    "rate limiter holds them until the learner samples); they are kept and will be stored: call it again"
+)
+
+
+NOT_STORED = "{error} (this writer's adds not stored: {lost})"
+
+
+DROPPED = (
+    "RayWriter of RayReplayBuffer {name!r} was dropped without close() and could not hand its {count} add(s) not yet "
+    "stored to the buffer ({reason}): they are lost"
+)
+
 
 class HostedBuffer(Protocol):
     """What a writer reads of its `RayReplayBuffer`: the spec its adds are checked against, and the actor."""
+
+    @property
+    def name(self) -> str:
+        """The buffer's name, for messages."""
 
     @property
     def data_spec(self) -> Any:
@@ -36,44 +76,160 @@ class HostedBuffer(Protocol):
         """The rate limiter's wait, in seconds."""
 
 
+class Claim:
+    """A writer's segments, its adds not stored yet, and the call in flight: what outlives a dropped writer."""
+
+    def __init__(self, actor: Any, name: str, segments: list[int], token: str, lease: float | None) -> None:
+        self.actor = actor
+        self.name = name
+        self.segments = segments
+        self.token = token
+        self.lease = lease
+        self.pending: list[list[np.ndarray]] = []  # adds not sent yet, copied
+        self.in_flight: Any = None  # the call sending the adds before them
+        self.in_flight_count = 0
+        self.open = True
+
+    def send(self) -> None:
+        """Sends the pending adds in one call (none may be in flight)."""
+        if self.pending:
+            batches, self.pending = self.pending, []
+            self.in_flight_count = len(batches)
+            self.in_flight = self.actor.add_many.options(concurrency_group=WRITES).remote(
+                self.segments, batches, None, self.token
+            )
+
+    def abandon(self) -> None:
+        """The writer was dropped without `close()`: the actor stores its adds after the call in flight, then releases.
+
+        Runs as the writer's finalizer (in any thread, when it is collected): it sends one call and waits for
+        nothing. At exit, `_wait_for_abandoned` waits for those calls before Ray shuts down.
+        """
+        if not self.open:
+            return
+        self.open = False
+        HEARTBEAT.forget(self)
+        ray = import_ray()
+        count = len(self.pending) + self.in_flight_count
+        if not ray.is_initialized():
+            if count:
+                warnings.warn(DROPPED.format(name=self.name, count=count, reason="Ray is shut down"), stacklevel=2)
+            return
+        in_flight = [] if self.in_flight is None else [self.in_flight]  # in a list: the actor waits for it itself
+        try:
+            done = self.actor.adopt.options(concurrency_group=WRITES).remote(
+                self.token, self.segments, self.pending, in_flight
+            )
+        except Exception as error:  # noqa: BLE001 - a finalizer must not raise; it says what was lost
+            warnings.warn(DROPPED.format(name=self.name, count=count, reason=error), stacklevel=2)
+            return
+        _ABANDONED.append(done)
+
+
+_ABANDONED: list[Any] = []  # the dropped writers' last calls, waited for at exit
+_EXIT_WAIT_SECONDS = 60.0
+
+
+def _wait_for_abandoned() -> None:
+    """At exit (before Ray shuts down): hands every dropped writer's adds over, and waits until they are stored."""
+    for claim in list(HEARTBEAT.claims):
+        claim.abandon()
+    ray = import_ray()
+    if _ABANDONED and ray.is_initialized():
+        ray.wait(list(_ABANDONED), num_returns=len(_ABANDONED), timeout=_EXIT_WAIT_SECONDS)
+
+
+class Heartbeat:
+    """Renews this process's claims' leases (a daemon thread), so that only a dead process's claims expire."""
+
+    def __init__(self) -> None:
+        self.claims: set[Claim] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, claim: Claim) -> None:
+        """Renews `claim`'s lease from now on (the thread starts with the first)."""
+        with self._lock:
+            self.claims.add(claim)
+            if self._thread is None:
+                # Registered after Ray's own exit hook, so it runs first: dropped writers are stored before shutdown.
+                atexit.register(_wait_for_abandoned)
+                self._thread = threading.Thread(target=self._run, name="tfbuffers-ray-heartbeat", daemon=True)
+                self._thread.start()
+
+    def forget(self, claim: Claim) -> None:
+        """Stops renewing `claim` (released, or handed to the actor)."""
+        with self._lock:
+            self.claims.discard(claim)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                claims = [claim for claim in self.claims if claim.lease is not None]
+            interval = min((float(claim.lease or 0.0) for claim in claims), default=10.0) / 4
+            by_actor: dict[Any, list[str]] = {}
+            for claim in claims:
+                by_actor.setdefault(claim.actor, []).append(claim.token)
+            for actor, tokens in by_actor.items():
+                try:
+                    actor.renew.remote(tokens)  # not waited for: a late renewal only shortens the next interval
+                except Exception:  # noqa: BLE001, S112 - the actor may be gone; its writers say so on their next call
+                    continue
+            time.sleep(interval)
+
+
+HEARTBEAT = Heartbeat()
+
+
 class RayWriter:
     """Segments of a `RayReplayBuffer` claimed by one process (`buffer.writer(num_envs)`), and its adds to them.
 
     `add_batch` takes a batch of `num_envs` frames, checked against the buffer's spec (nothing is
     stored from a refused batch), and returns at once: adds go to the actor in order, one call at a
-    time, the adds made meanwhile together in the next call (at most `max_pending` of them wait;
-    the next `add_batch` then waits for the call in flight). `flush()` returns once every add is
-    stored; an error the actor raised for an add (a rate limiter's `TimeoutError`, a closed
-    buffer) is raised by the next `add_batch`, `flush` or `close`. `close()` (or leaving `with`)
-    flushes and releases the segments: another writer may claim them and go on adding to their
-    rings. A writer whose process dies keeps them claimed, and loses the adds it had not sent;
-    the other writers and the samplers go on.
+    time, the adds made meanwhile together in the next call. An add that returned is stored
+    unless this process dies: the actor keeps it waiting for the rate limiter as long as the
+    limiter says (in a thread group of its own, so samples go on). When `max_pending` adds wait,
+    the next `add_batch` waits for the call in flight, at most the buffer's `timeout`; past it,
+    it raises `TimeoutError` and does not take its frame (the earlier adds are kept). `flush()`
+    returns once every add is stored (`TimeoutError` past `timeout`, the adds kept). An error of the
+    actor (a closed buffer) is raised by the next call, naming the adds not stored.
+
+    `close()` (or leaving `with`) flushes and releases the segments: another writer may claim them
+    and go on adding to their rings. A writer dropped without `close()` (as TF-Agents observers
+    drop theirs) hands its adds to the actor, which stores them and releases the segments. A
+    claim is a lease, renewed by a thread of this process: a writer whose process dies (or its Ray
+    actor) gives its segments up once the lease (`writer_lease`, 30 s) runs out, losing the adds it
+    had not sent (at most `max_pending` and the call in flight); the other writers and the
+    samplers go on.
 
     The ids `add_batch` returns are counted here from the segments' adds when they were claimed
     (`add_number * batch_size + segment`): a `clear()` of the buffer meanwhile numbers anew.
     """
 
     def __init__(
-        self, buffer: HostedBuffer, claim: tuple[list[int], list[int]], token: str, max_pending: int = 64
+        self,
+        buffer: HostedBuffer,
+        claim: tuple[list[int], list[int]],
+        token: str,
+        max_pending: int = 64,
+        lease: float | None = None,
     ) -> None:
         self._buffer = buffer
-        self._segments = list(claim[0])
+        self._claim = Claim(buffer.actor, buffer.name, list(claim[0]), token, lease)
         self._adds = np.asarray(claim[1], np.int64)
-        self._token = token
         self._max_pending = max_pending
-        self._pending: list[list[np.ndarray]] = []  # adds not sent yet, copied
-        self._in_flight: Any = None  # the call sending the adds before them
-        self._closed = False
+        HEARTBEAT.keep(self._claim)
+        self._finalizer = weakref.finalize(self, self._claim.abandon)
 
     @property
     def segments(self) -> list[int]:
         """The segments this writer adds to, in the order of its batch."""
-        return list(self._segments)
+        return list(self._claim.segments)
 
     @property
     def batch_size(self) -> int:
         """The leading dimension of this writer's `add_batch`: the segments it claimed (`num_envs`)."""
-        return len(self._segments)
+        return len(self._claim.segments)
 
     @property
     def data_spec(self) -> Any:
@@ -85,51 +241,99 @@ class RayWriter:
         """The spec's leaves, as the buffer's `fields`."""
         return self._buffer.fields
 
+    @property
+    def pending(self) -> int:
+        """Adds that returned and are not known to be stored yet."""
+        return len(self._claim.pending) + self._claim.in_flight_count
+
     def add_batch(self, items: Any) -> np.ndarray:
         """Adds frame `i` of `items` to `segments[i]`; returns their ids (`add_number * batch_size + segment`)."""
-        if self._closed:
+        claim = self._claim
+        if not claim.open:
             raise ValueError("RayWriter: the writer is closed")
         buffer = self._buffer
-        leaves, _ = specs.check_batch(items, buffer.data_spec, buffer.fields, (len(self._segments),))
+        leaves, _ = specs.check_batch(items, buffer.data_spec, buffer.fields, (len(claim.segments),))
+        if len(claim.pending) >= self._max_pending and not self._wait(buffer.timeout):
+            raise TimeoutError(
+                WAITED.format(name=claim.name, seconds=buffer.timeout, pending=self.pending)
+            )  # fmt: skip
         # Copies: the caller may reuse its arrays before the add is sent.
-        self._pending.append([np.array(leaf) for leaf in host.arrays(leaves)])
-        ids = self._adds * buffer.batch_size + np.asarray(self._segments, np.int64)
+        claim.pending.append([np.array(leaf) for leaf in host.arrays(leaves)])
+        ids = self._adds * buffer.batch_size + np.asarray(claim.segments, np.int64)
         self._adds += 1
-        self._send(wait=len(self._pending) >= self._max_pending)
+        if self._wait(0):
+            claim.send()
         return ids
 
-    def _send(self, wait: bool) -> None:
-        """Sends the pending adds if no call is in flight (after waiting for it, with `wait`)."""
+    def _wait(self, timeout: float | None) -> bool:
+        """Waits up to `timeout` for the call in flight (None: as long as it takes); whether none is in flight now.
+
+        Raises what the actor raised for it, naming the adds not stored.
+        """
+        claim = self._claim
+        if claim.in_flight is None:
+            return True
         ray = import_ray()
-        if self._in_flight is not None:
-            if not wait and not ray.wait([self._in_flight], timeout=0)[0]:
-                return
-            in_flight, self._in_flight = self._in_flight, None
-            try:
-                ray.get(in_flight)
-            except ray.exceptions.RayTaskError as error:
-                self._pending.clear()
-                raise cause_of(error) from None
-        if self._pending:
-            batches, self._pending = self._pending, []
-            buffer = self._buffer
-            self._in_flight = buffer.actor.add_many.remote(self._segments, batches, buffer.timeout)
+        if not ray.wait([claim.in_flight], timeout=timeout)[0]:
+            return False
+        in_flight, claim.in_flight = claim.in_flight, None
+        claim.in_flight_count = 0
+        try:
+            ray.get(in_flight)
+        except ray.exceptions.RayTaskError as error:  # the actor refused them: said with how many it stored
+            lost = f"the {len(claim.pending)} add(s) made after them"
+            claim.pending.clear()
+            cause = cause_of(error)
+            raise type(cause)(NOT_STORED.format(error=cause, lost=lost)) from None
+        except ray.exceptions.RayActorError:  # the buffer's actor died: nothing more is stored
+            claim.pending.clear()
+            raise
+        return True
 
     def flush(self) -> None:
-        """Returns once every add made so far is stored in the buffer."""
-        if not self._closed:
-            self._send(wait=True)
-            self._send(wait=True)
+        """Returns once every add made so far is stored in the buffer.
+
+        Raises:
+          TimeoutError: If the rate limiter held them past the buffer's `timeout`: they are kept.
+        """
+        claim = self._claim
+        if not claim.open:
+            return
+        timeout = self._buffer.timeout
+        start = time.monotonic()
+        for _ in range(2):  # the call in flight, then the adds made meanwhile
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            if not self._wait(left):
+                raise TimeoutError(
+                    FLUSH_WAITED.format(name=claim.name, what="flush", seconds=timeout, pending=self.pending)
+                )
+            claim.send()
 
     def close(self) -> None:
-        """Flushes, then releases the segments (closing twice is allowed)."""
-        if not self._closed:
-            try:
-                self.flush()
-            finally:
-                self._closed = True
-                with contextlib.suppress(Exception):
-                    call(self._buffer.actor, "release", self._token)
+        """Flushes, then releases the segments (closing twice is allowed).
+
+        Raises:
+          TimeoutError: From `flush`: the writer stays open, its adds kept; call `close()` again.
+        """
+        claim = self._claim
+        if not claim.open:
+            return
+        try:
+            self.flush()
+        except TimeoutError:
+            raise
+        except Exception:
+            self._release()
+            raise
+        self._release()
+
+    def _release(self) -> None:
+        claim = self._claim
+        claim.open = False
+        self._finalizer.detach()
+        HEARTBEAT.forget(claim)
+        with contextlib.suppress(Exception):  # a dead actor holds nothing; a closed buffer released everything
+            call(claim.actor, "release", claim.token)
 
     def __enter__(self) -> RayWriter:
         return self

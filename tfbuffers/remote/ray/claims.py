@@ -1,0 +1,99 @@
+"""`Claims`: which writer holds which segment of a Ray-hosted buffer, on a lease, and how the claims ended."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+NOT_ENOUGH_SEGMENTS = (
+    "num_envs: expected at most the {free} free segment(s) of the buffer's {total} (claimed: {claimed}), got {received}"
+)
+
+
+CLAIM_LOST = (
+    "RayWriter {writer}: its claim on segment(s) {segments} expired (no renewal for writer_lease={lease:g} s: its "
+    "process was taken for dead) and segment(s) {taken} went to another writer"
+)
+
+
+class Claims:
+    """The segments each writer holds, each claim a lease its process renews, and a count of how claims ended.
+
+    Not thread-safe: `RayHost` calls it under its lock. A claim whose lease ran out (`writer_lease` seconds
+    without a renewal, an add or a claim) is released when claims are next read; if its writer was only
+    late, its next add takes the segments back while nobody else claimed them.
+    """
+
+    def __init__(self, segments: int, lease: float | None) -> None:
+        self._segments = segments
+        self._lease = lease
+        self._holder: dict[int, str] = {}  # segment -> writer
+        self._deadline: dict[str, float] = {}  # writer -> when its lease runs out (time.monotonic())
+        self.ended = {"closed": 0, "dropped": 0, "expired": 0, "lost_adds": 0}
+
+    def claim(self, num_envs: int, writer: str) -> list[int]:
+        """`num_envs` free segments, now `writer`'s (the lowest first); raises if fewer are free."""
+        self.expire()
+        free = [s for s in range(self._segments) if s not in self._holder]
+        if num_envs > len(free):
+            claimed = sorted(set(self._holder.values()))
+            raise ValueError(
+                NOT_ENOUGH_SEGMENTS.format(
+                    free=len(free), total=self._segments, claimed=claimed or "none", received=num_envs
+                )
+            )
+        for s in free[:num_envs]:
+            self._holder[s] = writer
+        self._renew([writer])
+        return free[:num_envs]
+
+    def _renew(self, writers: list[str]) -> None:
+        if self._lease is not None:
+            deadline = time.monotonic() + self._lease
+            self._deadline.update((writer, deadline) for writer in writers)
+
+    def renew(self, writers: list[str]) -> list[str]:
+        """Extends the leases of `writers` that hold segments; returns those that hold none."""
+        holding = set(self._holder.values())
+        self._renew([writer for writer in writers if writer in holding])
+        return [writer for writer in writers if writer not in holding]
+
+    def expire(self) -> None:
+        """Releases the claims whose lease ran out."""
+        now = time.monotonic()
+        expired = {writer for writer, deadline in self._deadline.items() if deadline < now}
+        if expired:
+            self._holder = {s: w for s, w in self._holder.items() if w not in expired}
+            self.ended["expired"] += len(expired)
+            for writer in expired:
+                del self._deadline[writer]
+
+    def check(self, writer: str, segments: list[int]) -> None:
+        """Refuses adds from `writer` to segments another writer holds; a lapsed claim nobody took is its again."""
+        self.expire()
+        taken = [s for s in segments if self._holder.get(s, writer) != writer]
+        if taken:
+            raise ValueError(
+                CLAIM_LOST.format(writer=writer, segments=segments, lease=self._lease or 0.0, taken=taken)
+            )  # fmt: skip
+        if any(s not in self._holder for s in segments):
+            self.ended["expired"] -= 1  # it lived after all
+        for s in segments:
+            self._holder[s] = writer
+        self._renew([writer])
+
+    def release(self, writer: str, how: str) -> None:
+        """Frees `writer`'s segments; `how` its claim ended ("closed", "dropped") is counted."""
+        if writer in self._holder.values():
+            self.ended[how] += 1
+        self._holder = {s: w for s, w in self._holder.items() if w != writer}
+        self._deadline.pop(writer, None)
+
+    def holders(self) -> dict[int, str]:
+        """Which writer holds each claimed segment."""
+        self.expire()
+        return dict(self._holder)
+
+    def report(self) -> dict[str, Any]:
+        """The claims now, and how many ended each way (`RayReplayBuffer.writer_report`)."""
+        return {"claims": self.holders(), **self.ended}
