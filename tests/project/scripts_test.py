@@ -35,6 +35,7 @@ replay_server = load_script("replay_server")
 collect = load_script("collect")
 compare_runs = load_script("compare_runs")
 her_bit_flipping = load_script("her_bit_flipping")
+rate_limit = load_script("rate_limit")
 
 NEEDS_RAY = pytest.mark.ray  # conftest skips them where the extra is missing
 NEEDS_REVERB = pytest.mark.reverb
@@ -123,6 +124,23 @@ def assert_refused(capsys, parse, argv, message):
         ),
         ("tf_agents_examples", {"--buffers", "--root-dir", "--timeout"}),
         (
+            "rate_limit",
+            {
+                "--writers",
+                "--envs-per-writer",
+                "--seconds",
+                "--samples-per-insert",
+                "--error-buffer",
+                "--min-size",
+                "--sample-batch-size",
+                "--env-seconds",
+                "--train-seconds",
+                "--poll-seconds",
+                "--output-dir",
+                "--no-progress",
+            },
+        ),
+        (
             "replay_server",
             {
                 "--env",
@@ -171,6 +189,7 @@ def test_help_documents_every_flag(script, flags, capsys):
         "replay_server": replay_server,
         "collect": collect,
         "her_bit_flipping": her_bit_flipping,
+        "rate_limit": rate_limit,
     }
     module = scripts[script]
     parser = module.build_parser()
@@ -570,6 +589,27 @@ def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@NEEDS_RAY
+def test_the_rate_limit_run_keeps_the_ratio_within_its_bounds_and_stores_every_returned_add(tmp_path):
+    import subprocess
+
+    argv = ["--writers", "2", "--envs-per-writer", "1", "--seconds", "4", "--min-size", "64", "--error-buffer", "32"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "rate_limit.py"), *argv, "--output-dir", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "rate_limit.json").read_text())
+    assert result["bounds"] == [64 * 4.0 - 32, 64 * 4.0 + 32]  # min_size * R -+ E
+    assert result["share_inside_bounds"] == 1.0
+    assert result["bounds"][0] <= result["lowest_difference"] <= result["highest_difference"] <= result["bounds"][1]
+    assert result["learner_batches"] > 0 and result["inserts_counted"] > 64
+    # Every add that returned is stored: none dropped, none doubled.
+    assert result["adds_returned"] == result["adds_at_close"] == result["frames_stored"] == result["inserts_counted"]
+    assert (tmp_path / "rate_limit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "inside [224, 288]" in done.stdout
+
+
 @pytest.mark.parametrize(("buffer", "graph_writer"), [("py_uniform", False), ("tf_uniform", True)])
 def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer, graph_writer):
     argv = ["--buffer", buffer, "--minutes", "0.05", "--round-seconds", "1", "--output-dir", str(tmp_path)]
@@ -765,7 +805,7 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 SCRIPT_NAMES = ["train_dqn", "populate_starter_buffer", "benchmark", "soak", "tf_agents_examples", "replay_server"]
-SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs", "her_bit_flipping"]
+SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs", "her_bit_flipping", "rate_limit"]
 BAD_ARGUMENTS = {
     "train_dqn": (["--num-envs", "0"], "argument --num-envs: expected a positive int, got 0"),
     "populate_starter_buffer": (
@@ -783,6 +823,7 @@ BAD_ARGUMENTS = {
     "tf_agents_tests": (["--buffers", "reverb"], "argument --buffers: invalid choice: 'reverb'"),
     "compare_runs": (["run", "--output", "a.png"], "argument LABEL=PATH: expected a label, '=' and a path, got 'run'"),
     "her_bit_flipping": (["--bits", "4,0"], "argument --bits: expected positive ints, got [4, 0]"),
+    "rate_limit": (["--seconds", "1", "--poll-seconds", "2"], "--poll-seconds: expected less than --seconds (1.0)"),
 }
 
 

@@ -287,6 +287,19 @@ class RayHost:
 
     # Reads and the rest.
 
+    def limiter_counts(self) -> dict[str, Any]:
+        """The rate limiter's counts and bounds, read at one moment (`RayReplayBuffer.rate_limiter_counts`)."""
+        with self._lock:
+            self._check_open()
+            limiter = self._limiter
+            return {
+                "inserts": limiter.inserts,
+                "samples": limiter.samples,
+                "frames": self._size(),
+                "min_diff": float(limiter.min_diff),
+                "max_diff": float(limiter.max_diff),
+            }
+
     def num_frames(self) -> int:
         """Frames stored in every segment."""
         with self._lock:

@@ -273,6 +273,16 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
     def _num_frames_value(self) -> np.int64:
         return np.int64(self._remote("num_frames"))
 
+    def rate_limiter_counts(self) -> dict[str, Any]:
+        """The rate limiter's counts at one moment, and the bounds it keeps.
+
+        `inserts` (frames), `samples` (windows), `frames` stored, and the bounds of
+        `inserts * samples_per_insert - samples` (`min_diff`, `max_diff`; infinite without a ratio).
+        Every insert keeps that difference at most `max_diff`, every sample at least `min_diff`
+        (docs/scaling.md measures it with writers and a learner running).
+        """
+        return dict(self._remote("limiter_counts"))
+
     def frames_per_segment(self) -> list[int]:
         """How many frames each segment holds (writers fill theirs at their own pace)."""
         return list(self._remote("frames_per_segment"))
