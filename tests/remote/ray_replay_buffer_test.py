@@ -10,6 +10,7 @@ import contextlib
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -555,6 +556,52 @@ def test_a_writer_whose_process_died_gives_its_segments_up_within_its_lease():
     buffer.close()
 
 
+def test_a_buffer_whose_actor_dies_is_restarted_by_ray_and_its_writers_and_datasets_go_on(tmp_path):
+    # Issue 50, finding 5: when the buffer's actor died, samplers and writers failed until someone reloaded it.
+    buffer = RayReplayBuffer(
+        TRACED, batch_size=3, max_length=1000, directory=tmp_path / "buffer", max_restarts=-1,
+        episode_boundaries=True, seed=11,
+    )  # fmt: skip
+    assert buffer.max_restarts == -1
+    writer = Actor.remote(buffer, 1, 2)
+    segments = ray.get(writer.segments.remote())
+    running = writer.run.remote(300, 0.01)
+    dataset = iter(buffer.as_dataset(sample_batch_size=16, num_steps=2))
+    wait_until(lambda: min(buffer.frames_per_segment()[s] for s in segments) >= 30)
+    check_windows(next(dataset)[0], 2)
+    first_pid = ray.get(buffer.actor.ping.remote())
+    os.kill(first_pid, signal.SIGKILL)  # the buffer's actor process dies mid-run
+    batches = 0
+    while not ray.wait([running], timeout=0)[0]:  # the learner reads on through the restart
+        check_windows(next(dataset)[0], 2)
+        batches += 1
+    assert ray.get(running) == list(range(300))  # the writer never saw an error
+    assert batches > 0 and ray.get(buffer.actor.ping.remote()) != first_pid
+    for segment in segments:  # every returned add stored once, in order: none lost, none stored twice
+        assert np.asarray(buffer.gather_segment(segment)["step"]).tolist() == list(range(300))
+    assert buffer.frames_per_segment()[3 - sum(segments)] == 0
+    ray.get(writer.close.remote())
+    buffer.close()
+
+
+def test_the_rate_limiters_counts_come_back_with_a_restarted_actor(tmp_path):
+    buffer = RayReplayBuffer(SPEC, batch_size=1, max_length=64, directory=tmp_path / "buffer", max_restarts=1,
+                             min_size_to_sample=4, samples_per_insert=2.0, error_buffer=4.0, timeout=0.5)  # fmt: skip
+    for t in range(6):
+        buffer.add_batch(batch([t], 1))
+    buffer.get_next(sample_batch_size=4)
+    buffer.get_next(sample_batch_size=4)
+    before = buffer.rate_limiter_counts()
+    assert (before["inserts"], before["samples"], before["frames"]) == (6, 8, 6)
+    os.kill(ray.get(buffer.actor.ping.remote()), signal.SIGKILL)
+    assert buffer.rate_limiter_counts() == before  # waits for the restart, then reads the counts kept on disk
+    with pytest.raises(TimeoutError, match=r"sample of 1 window.*8 window\(s\) sampled for 6 frame\(s\) inserted"):
+        buffer.get_next()  # 6 * 2 - 8 - 1 = 3 < min_diff 4: the limiter holds, as before the restart
+    buffer.close()
+    with pytest.raises(ValueError, match=r"^max_restarts: expected 0 without directory="):
+        RayReplayBuffer(SPEC, batch_size=1, max_length=4, max_restarts=2)
+
+
 def test_save_load_after_the_actor_is_killed(tmp_path):
     buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6)
     for t in range(7):
@@ -586,7 +633,8 @@ def test_save_load_after_the_actor_is_killed(tmp_path):
 def test_memory_mapped_segments_keep_every_returned_add_when_the_actor_is_killed(tmp_path):
     directory = tmp_path / "buffer"
     buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=6, directory=directory, seed=7)
-    assert sorted(path.name for path in directory.iterdir()) == ["ray_buffer.json", "segment-0000", "segment-0001"]
+    names = sorted(path.name for path in directory.iterdir())
+    assert names == ["rate_limiter.npy", "ray_buffer.json", "segment-0000", "segment-0001"]
     with buffer.writer(1) as writer:
         for t in range(9):
             writer.add_batch(batch([t], 1))

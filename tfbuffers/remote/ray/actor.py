@@ -24,6 +24,10 @@ from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 from tfbuffers.remote.ray.writer import WRITES
 
+LIMITER_FILE = "rate_limiter.npy"
+"""The rate limiter's counts (inserts, samples) beside a buffer's memory-mapped segments."""
+
+
 WAITED = (
     "RayReplayBuffer {name!r}: {what} waited {seconds:g} s for the rate limiter (min_size_to_sample={min_size}, "
     "samples_per_insert={ratio}, error_buffer={error_buffer}): {reason}"
@@ -56,44 +60,29 @@ class RayHost:
         self._changed = threading.Condition(self._lock)
         self._rng = np.random.default_rng(config["seed"])
         self._backend = sampling.numpy_backend(self._rng)  # the segments' weights: each sampler's `Sample.mass`
-        self._limiter = RateLimiter(config["min_size_to_sample"] or 0, *(config["ratio"] or (None, None)))
         self._claims = Claims(config["batch_size"], config.get("writer_lease"))
         self._closed = False
         prioritized_ = config["sampler"] == "prioritized"
         self._class: Any = PyPrioritizedReplayBuffer if prioritized_ else PyUniformReplayBuffer
         source = config.pop("source", None)  # ["open"] or ["load", the saved files' directory]; None: empty
+        context = import_ray().get_runtime_context() if config.get("max_restarts") else None
+        self.restarted = context is not None and context.was_current_actor_reconstructed
+        if self.restarted:  # Ray restarted the actor after its process died: the directory holds every returned add
+            source = ["open"]
         self._segments: list[Any] = []
         try:
             for s in range(config["batch_size"]):
-                self._segments.append(self._segment(s, source))
+                self._segments.append(make_segment(config, self._class, s, source))
         except BaseException:
             for segment in self._segments:
                 segment.close()
             raise
-        self._limiter.inserts = self._size()
+        samples_per_insert, error_buffer = config["ratio"] or (None, None)
+        counts = limiter_counts(config["directory"], self._size(), source)
+        self._limiter = RateLimiter(config["min_size_to_sample"] or 0, samples_per_insert, error_buffer, counts)
         self._share_largest()
         if config["directory"] is not None and (source is None or source[0] != "open"):
             write_manifest(pathlib.Path(config["directory"]), config, config["sampler_record"])
-
-    def _segment(self, s: int, source: list[str] | None) -> Any:
-        config = self._config
-        seed = None if config["seed"] is None else [config["seed"], s]
-        directory = config["directory"]
-        directory = None if directory is None else pathlib.Path(directory) / SEGMENT_DIRECTORY.format(s)
-        sampler = config["sampler"]
-        options: dict[str, Any] = {"seed": seed}
-        if sampler not in ("uniform", "prioritized"):  # a factory, as the local buffers take it
-            options["sampler"] = sampler
-        if source is not None and source[0] == "open":
-            return self._class.open(directory, **options)
-        options["directory"] = directory
-        if source is not None:  # "load": the segment's file, streamed into `directory` if there is one
-            return self._class.load(pathlib.Path(source[1]) / f"{SEGMENT_DIRECTORY.format(s)}.tfb", **options)
-        options.update(max_length=config["max_length"], episode_boundaries=config["episode_boundaries"])
-        options["frame_stacks"] = config["frame_stacks"]
-        if self._class.__name__ == "PyPrioritizedReplayBuffer":
-            options["priority_exponent"] = config["priority_exponent"]
-        return self._class(self._spec, batch_size=1, **options)
 
     def config(self) -> dict[str, Any]:
         """The configuration the buffer was made with (`RayReplayBuffer.connect` reads it)."""
@@ -111,8 +100,11 @@ class RayHost:
             segments = self._claims.claim(num_envs, writer)
             return segments, [int(self._segments[s].storage.added) for s in segments]
 
-    def renew(self, writers: list[str]) -> list[str]:
-        """Extends the leases of `writers`' claims (their process's heartbeat); returns those that hold none."""
+    def renew(self, writers: dict[str, list[int]]) -> list[str]:
+        """Extends the leases of `writers`' claims (their process's heartbeat); returns those that lost theirs.
+
+        `writers`: each writer's segments, claimed again if nobody holds them (after a restart).
+        """
         with self._lock:
             return self._claims.renew(writers)
 
@@ -180,11 +172,18 @@ class RayHost:
             self._check_open()
 
     def add(
-        self, segments: list[int], leaves: list[np.ndarray], timeout: float | None, writer: str | None = None
+        self,
+        segments: list[int],
+        leaves: list[np.ndarray],
+        timeout: float | None,
+        writer: str | None = None,
+        expected: np.ndarray | None = None,
     ) -> np.ndarray:
         """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids.
 
-        `writer`: the `RayWriter` adding, which must hold `segments`.
+        `writer`: the `RayWriter` adding, which must hold `segments`. `expected`: on a writer's retry after
+        the actor restarted, each frame's add number in its segment: a frame its segment already holds
+        (stored before the process died) is not stored twice.
         """
         count = len(segments)
         items = self._pack(leaves)
@@ -201,21 +200,34 @@ class RayHost:
                 timeout,
             )
             ids = np.empty(count, np.int64)
+            stored = 0
             for i, s in enumerate(segments):
+                if expected is not None and int(self._segments[s].storage.added) > int(expected[i]):
+                    ids[i] = int(expected[i]) * len(self._segments) + s  # stored before the restart
+                    continue
                 frame = self._pack([leaf[i : i + 1] for leaf in checked])
                 ids[i] = int(self._segments[s].add_batch(frame)[0]) * len(self._segments) + s
-            limiter.inserts += count
+                stored += 1
+            limiter.inserts += stored
             self._changed.notify_all()
             return ids
 
     def add_many(
-        self, segments: list[int], batches: list[list[np.ndarray]], timeout: float | None, writer: str | None = None
+        self,
+        segments: list[int],
+        batches: list[list[np.ndarray]],
+        timeout: float | None,
+        writer: str | None = None,
+        first: np.ndarray | None = None,
     ) -> np.ndarray:
-        """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`."""
+        """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`.
+
+        `first`: on a retry after a restart, the add numbers of the first batch's frames (`add`'s `expected`).
+        """
         ids = []
-        for leaves in batches:
+        for index, leaves in enumerate(batches):
             try:
-                ids.append(self.add(segments, leaves, timeout, writer))
+                ids.append(self.add(segments, leaves, timeout, writer, None if first is None else first + index))
             except Exception as error:  # said with how many were stored: nothing is dropped unsaid
                 stored = f"{len(ids)} of the {len(batches)} adds this writer sent in one call were stored, the rest not"
                 raise type(error)(f"{error} ({stored})") from None
@@ -372,6 +384,43 @@ class RayHost:
             raise ValueError(f"{self._label}: the buffer is closed")
 
 
+def limiter_counts(directory: str | None, size: int, source: list[str] | None) -> np.ndarray:
+    """The rate limiter's counts: in a file beside the segments with a directory, kept across restarts.
+
+    A reopened directory's file gives the counts as they were; a new or loaded buffer (or a directory from
+    before the file) counts its `size` frames as inserted and nothing sampled.
+    """
+    if directory is None:
+        return np.array([size, 0], np.int64)
+    path = pathlib.Path(directory) / LIMITER_FILE
+    if source is not None and source[0] == "open" and path.exists():
+        return np.lib.format.open_memmap(path, mode="r+")
+    counts = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(2,))
+    counts[:] = [size, 0]
+    return counts
+
+
+def make_segment(config: dict[str, Any], buffer_class: Any, s: int, source: list[str] | None) -> Any:
+    """Segment `s` of the buffer `config` describes: a `buffer_class` of one frame, new, reopened or loaded."""
+    seed = None if config["seed"] is None else [config["seed"], s]
+    directory = config["directory"]
+    directory = None if directory is None else pathlib.Path(directory) / SEGMENT_DIRECTORY.format(s)
+    sampler = config["sampler"]
+    options: dict[str, Any] = {"seed": seed}
+    if sampler not in ("uniform", "prioritized"):  # a factory, as the local buffers take it
+        options["sampler"] = sampler
+    if source is not None and source[0] == "open":
+        return buffer_class.open(directory, **options)
+    options["directory"] = directory
+    if source is not None:  # "load": the segment's file, streamed into `directory` if there is one
+        return buffer_class.load(pathlib.Path(source[1]) / f"{SEGMENT_DIRECTORY.format(s)}.tfb", **options)
+    options.update(max_length=config["max_length"], episode_boundaries=config["episode_boundaries"])
+    options["frame_stacks"] = config["frame_stacks"]
+    if buffer_class.__name__ == "PyPrioritizedReplayBuffer":
+        options["priority_exponent"] = config["priority_exponent"]
+    return buffer_class(config["data_spec"], batch_size=1, **options)
+
+
 def draw(
     segments: list[Any],
     rng: np.random.Generator,
@@ -440,7 +489,12 @@ def started_actor(ray: Any, config: dict[str, Any], namespace: str) -> Any:
     Raises:
       Exception: What the constructor raised (a bad spec or option), the actor killed.
     """
-    actor = actor_class(ray).options(name=config["name"], namespace=namespace).remote(config)
+    restarts = config.get("max_restarts", 0)  # Ray restarts a dead actor; each call is retried by the client
+    actor = (
+        actor_class(ray)
+        .options(name=config["name"], namespace=namespace, max_restarts=restarts, max_task_retries=0)
+        .remote(config)
+    )
     try:
         ray.get(actor.ping.remote())
     except Exception as error:

@@ -29,7 +29,8 @@ class Claims:
         self._lease = lease
         self._holder: dict[int, str] = {}  # segment -> writer
         self._deadline: dict[str, float] = {}  # writer -> when its lease runs out (time.monotonic())
-        self.ended = {"closed": 0, "dropped": 0, "expired": 0, "lost_adds": 0}
+        self._expired: set[str] = set()  # writers whose lease ran out and that did not come back
+        self.ended = {"closed": 0, "dropped": 0, "lost_adds": 0}
 
     def claim(self, num_envs: int, writer: str) -> list[int]:
         """`num_envs` free segments, now `writer`'s (the lowest first); raises if fewer are free."""
@@ -52,11 +53,25 @@ class Claims:
             deadline = time.monotonic() + self._lease
             self._deadline.update((writer, deadline) for writer in writers)
 
-    def renew(self, writers: list[str]) -> list[str]:
-        """Extends the leases of `writers` that hold segments; returns those that hold none."""
-        holding = set(self._holder.values())
-        self._renew([writer for writer in writers if writer in holding])
-        return [writer for writer in writers if writer not in holding]
+    def renew(self, writers: dict[str, list[int]]) -> list[str]:
+        """Extends the leases of `writers` (each with its segments); returns those whose segments another holds.
+
+        A writer whose segments nobody holds (its lease lapsed, or the actor restarted) holds them again.
+        """
+        lost = []
+        for writer, segments in writers.items():
+            if any(self._holder.get(s, writer) != writer for s in segments):
+                lost.append(writer)
+            else:
+                self._take(writer, segments)
+        return lost
+
+    def _take(self, writer: str, segments: list[int]) -> None:
+        if any(s not in self._holder for s in segments):
+            self._expired.discard(writer)  # it lived after all (or the actor restarted): not counted as expired
+        for s in segments:
+            self._holder[s] = writer
+        self._renew([writer])
 
     def expire(self) -> None:
         """Releases the claims whose lease ran out."""
@@ -64,7 +79,7 @@ class Claims:
         expired = {writer for writer, deadline in self._deadline.items() if deadline < now}
         if expired:
             self._holder = {s: w for s, w in self._holder.items() if w not in expired}
-            self.ended["expired"] += len(expired)
+            self._expired |= expired
             for writer in expired:
                 del self._deadline[writer]
 
@@ -76,11 +91,7 @@ class Claims:
             raise ValueError(
                 CLAIM_LOST.format(writer=writer, segments=segments, lease=self._lease or 0.0, taken=taken)
             )  # fmt: skip
-        if any(s not in self._holder for s in segments):
-            self.ended["expired"] -= 1  # it lived after all
-        for s in segments:
-            self._holder[s] = writer
-        self._renew([writer])
+        self._take(writer, segments)
 
     def release(self, writer: str, how: str) -> None:
         """Frees `writer`'s segments; `how` its claim ended ("closed", "dropped") is counted."""
@@ -96,4 +107,4 @@ class Claims:
 
     def report(self) -> dict[str, Any]:
         """The claims now, and how many ended each way (`RayReplayBuffer.writer_report`)."""
-        return {"claims": self.holders(), **self.ended}
+        return {"claims": self.holders(), **self.ended, "expired": len(self._expired)}

@@ -103,6 +103,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         address: str | None = None,
         prefetch_items: int | None = None,
         writer_lease: float | None = WRITER_LEASE,
+        max_restarts: int = 0,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -141,6 +142,10 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
           writer_lease: Seconds a writer's claim lasts without a renewal (its process renews it while it
             lives): a writer whose process died gives its segments up within that; None: never.
+          max_restarts: With `directory=`: how many times Ray restarts the actor when its process dies
+            (-1: without end). The restarted actor reopens the directory (every add that returned, and the
+            rate limiter's counts); calls wait for it (`RESTART_SECONDS`) and run again, writers resend what
+            was in flight, datasets fetch on. The buffer's own `add_batch` in flight then raises.
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -162,6 +167,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             seed=seed,
             name=name,
             writer_lease=writer_lease,
+            max_restarts=max_restarts,
         )
         timeout = check_timeout(timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
@@ -252,6 +258,11 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         return None if directory is None else pathlib.Path(directory)
 
     @property
+    def max_restarts(self) -> int:
+        """How many times Ray restarts the actor when its process dies (-1: without end; 0: never)."""
+        return int(self._config.get("max_restarts", 0))
+
+    @property
     def actor(self) -> Any:
         """The Ray actor handle hosting the frames."""
         return self._actor
@@ -260,7 +271,9 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
 
     def _remote(self, method: str, *args: Any) -> Any:
         self._check_open()  # every call: a closed handle reaches no actor
-        return call(self._actor, method, *args)
+        # A restarted actor takes every call again but the buffer's own add (it may have been stored already).
+        restarts = bool(self._config.get("max_restarts")) and method != "add"
+        return call(self._actor, method, *args, restarts=restarts)
 
     @property
     def timeout(self) -> float | None:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import pathlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,13 +164,44 @@ def _address(hex_address: str, width: int) -> str:
     return ":".join(packed[i : i + 2].hex() for i in range(0, 16, 2))
 
 
-def call(actor: Any, method: str, *args: Any) -> Any:
-    """`actor.method(*args)`, waited for; an exception the actor raised is raised as it was raised there."""
+RESTART_SECONDS = 120.0
+"""How long a call waits for Ray to restart a buffer's actor (`max_restarts`) before it gives up."""
+
+
+def call(actor: Any, method: str, *args: Any, restarts: bool = False) -> Any:
+    """`actor.method(*args)`, waited for; an exception the actor raised is raised as it was raised there.
+
+    `restarts`: the actor is restarted by Ray when its process dies, and the call may run again (it changes
+    nothing twice): if it died, the call is made again once the actor is back (`wait_for_restart`).
+    """
     ray = import_ray()
-    try:
-        return ray.get(getattr(actor, method).remote(*args))
-    except ray.exceptions.RayTaskError as error:
-        raise cause_of(error) from None
+    while True:
+        try:
+            return ray.get(getattr(actor, method).remote(*args))
+        except ray.exceptions.RayTaskError as error:
+            raise cause_of(error) from None
+        except ray.exceptions.RayActorError:
+            if not restarts:
+                raise
+            wait_for_restart(actor)
+
+
+def wait_for_restart(actor: Any, seconds: float | None = None) -> None:
+    """Returns once the actor answers again (Ray restarted it); raises Ray's error past `seconds`.
+
+    Raises:
+      ray.exceptions.RayActorError: If the actor is dead for good, or not back within `RESTART_SECONDS`.
+    """
+    ray = import_ray()
+    deadline = time.monotonic() + (RESTART_SECONDS if seconds is None else seconds)
+    while True:
+        try:
+            ray.get(actor.ping.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            if time.monotonic() > deadline:  # dead for good (its restarts spent), or not back in time
+                raise
+            time.sleep(0.1)
 
 
 def cause_of(error: BaseException) -> BaseException:

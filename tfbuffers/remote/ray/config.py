@@ -52,6 +52,7 @@ def actor_config(
     seed: int | None,
     name: str | None,
     writer_lease: float | None = None,
+    max_restarts: int = 0,
 ) -> dict[str, Any]:
     """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
 
@@ -73,6 +74,13 @@ def actor_config(
         isinstance(writer_lease, bool) or not isinstance(writer_lease, int | float) or not writer_lease > 0
     ):
         raise ValueError(f"writer_lease: expected a number of seconds > 0 or None, got {writer_lease!r}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+        raise ValueError(f"max_restarts: expected an int >= -1 (-1: without end), got {max_restarts!r}")
+    if max_restarts and directory is None:
+        raise ValueError(
+            f"max_restarts: expected 0 without directory= (a restarted actor reopens its directory, which holds "
+            f"every add that returned), got {max_restarts}"
+        )
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
     source: Source | None = None
@@ -118,6 +126,7 @@ def actor_config(
         "ratio": ratio,
         "seed": seed,
         "writer_lease": writer_lease,
+        "max_restarts": max_restarts,
         "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
         "source": None if source is None else [source.kind, str(source.path)],
     }

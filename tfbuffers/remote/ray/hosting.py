@@ -91,7 +91,9 @@ class RayHosting:
         num_envs = positive_int("num_envs", num_envs)
         token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         claim = self._remote("claim", num_envs, token)
-        return RayWriter(self, claim, token, lease=self._config.get("writer_lease"))  # type: ignore[arg-type]
+        config = self._config
+        restarts = bool(config.get("max_restarts"))
+        return RayWriter(self, claim, token, lease=config.get("writer_lease"), restarts=restarts)  # type: ignore[arg-type]
 
     def writer_report(self) -> dict[str, Any]:
         """The writers' claims now, and how the others ended, for a user accounting for every add.

@@ -66,5 +66,5 @@ def _arguments(manifest: dict[str, Any]) -> dict[str, Any]:
         "samples_per_insert": None if ratio is None else ratio[0],
         "error_buffer": None if ratio is None else ratio[1],
         "seed": manifest["seed"],
-        **({"writer_lease": manifest["writer_lease"]} if "writer_lease" in manifest else {}),
+        **{key: manifest[key] for key in ("writer_lease", "max_restarts") if key in manifest},
     }

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers.remote.ray.cluster import cause_of, import_ray
+from tfbuffers.remote.ray.cluster import cause_of, import_ray, wait_for_restart
 
 # `prefetch_items`' default by sampler: a prioritized learner's priorities move between fetches, so it fetches less.
 PREFETCH_ITEMS = {"uniform": 8192, "prioritized": 512}
@@ -29,6 +29,7 @@ class Prefetch:
     def __init__(self, buffer: Any, arguments: tuple[Any, ...]) -> None:
         self._buffer = weakref.ref(buffer)  # to refuse reads once it is closed; the dataset keeps it alive
         self._actor = buffer.actor
+        self._restarts = bool(buffer.max_restarts)  # Ray restarts the actor when its process dies
         self._arguments = arguments
         self._ready: deque[Any] = deque()
         self._pending: Any = None
@@ -51,6 +52,11 @@ class Prefetch:
                     if isinstance(cause, ValueError):  # an empty buffer: refused as get_next refuses it
                         raise tf.errors.InvalidArgumentError(None, None, str(cause)) from None
                     raise cause from None
+                except ray.exceptions.RayActorError:
+                    if not self._restarts:
+                        raise
+                    wait_for_restart(self._actor)  # Ray restarts it: the fetch goes again
+                    continue
                 self._pending = self._actor.sample.remote(*self._arguments)
             return self._ready.popleft()
 

@@ -15,7 +15,19 @@ class RateLimiter:
     less and plus `error_buffer` (no bounds without `samples_per_insert`). Cleared with the buffer.
     """
 
-    def __init__(self, min_size: int, samples_per_insert: float | None, error_buffer: float | None) -> None:
+    def __init__(
+        self,
+        min_size: int,
+        samples_per_insert: float | None,
+        error_buffer: float | None,
+        counts: np.ndarray | None = None,
+    ) -> None:
+        """A limiter counting from `counts`.
+
+        `counts`: where `inserts` and `samples` live, an int64 array of 2 (a memory-mapped file survives the
+        process: `RayHost` keeps one beside a buffer's `directory`); a new zeroed array by default.
+        """
+        self._counts = np.zeros(2, np.int64) if counts is None else counts
         self.min_size = min_size
         self.samples_per_insert = samples_per_insert
         self.error_buffer = error_buffer
@@ -24,10 +36,26 @@ class RateLimiter:
         else:
             self.min_diff = min_size * samples_per_insert - error_buffer
             self.max_diff = min_size * samples_per_insert + error_buffer
-        self.inserts = 0
-        self.samples = 0
         self.limits = min_size > 0 or samples_per_insert is not None
         """Whether anything ever waits (else the checks are skipped)."""
+
+    @property
+    def inserts(self) -> int:
+        """Frames inserted since the last clear."""
+        return int(self._counts[0])
+
+    @inserts.setter
+    def inserts(self, value: int) -> None:
+        self._counts[0] = value
+
+    @property
+    def samples(self) -> int:
+        """Windows sampled since the last clear."""
+        return int(self._counts[1])
+
+    @samples.setter
+    def samples(self, value: int) -> None:
+        self._counts[1] = value
 
     def can_sample(self, size: int, count: int) -> bool:
         """Whether a sample of `count` windows may proceed with `size` frames stored."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from tfbuffers import specs
 from tfbuffers.execution import host
-from tfbuffers.remote.ray.cluster import call, cause_of, import_ray
+from tfbuffers.remote.ray.cluster import call, cause_of, import_ray, wait_for_restart
 
 WRITES = "writes"
 """The actor's concurrency group of the writers' calls: adds waiting for the rate limiter never take the threads
@@ -79,14 +79,27 @@ class HostedBuffer(Protocol):
 class Claim:
     """A writer's segments, its adds not stored yet, and the call in flight: what outlives a dropped writer."""
 
-    def __init__(self, actor: Any, name: str, segments: list[int], token: str, lease: float | None) -> None:
+    def __init__(
+        self,
+        actor: Any,
+        name: str,
+        segments: list[int],
+        adds: np.ndarray,
+        token: str,
+        lease: float | None,
+        restarts: bool,
+    ) -> None:
         self.actor = actor
         self.name = name
         self.segments = segments
+        self.adds = adds  # each segment's add number of the next add
         self.token = token
         self.lease = lease
+        self.restarts = restarts  # Ray restarts the actor: a call in flight is sent again
         self.pending: list[list[np.ndarray]] = []  # adds not sent yet, copied
         self.in_flight: Any = None  # the call sending the adds before them
+        self.in_flight_batches: list[list[np.ndarray]] = []
+        self.in_flight_first: np.ndarray | None = None  # their first add's numbers, for a resend
         self.in_flight_count = 0
         self.open = True
 
@@ -94,10 +107,18 @@ class Claim:
         """Sends the pending adds in one call (none may be in flight)."""
         if self.pending:
             batches, self.pending = self.pending, []
+            self.in_flight_batches, self.in_flight_first = batches, self.adds - len(batches)
             self.in_flight_count = len(batches)
-            self.in_flight = self.actor.add_many.options(concurrency_group=WRITES).remote(
-                self.segments, batches, None, self.token
-            )
+            self.in_flight = self._submit(batches, None)
+
+    def resend(self) -> None:
+        """Sends the call in flight again, to the restarted actor: what it stored before it died is skipped."""
+        self.in_flight = self._submit(self.in_flight_batches, self.in_flight_first)
+
+    def _submit(self, batches: list[list[np.ndarray]], first: np.ndarray | None) -> Any:
+        return self.actor.add_many.options(concurrency_group=WRITES).remote(
+            self.segments, batches, None, self.token, first
+        )
 
     def abandon(self) -> None:
         """The writer was dropped without `close()`: the actor stores its adds after the call in flight, then releases.
@@ -167,9 +188,9 @@ class Heartbeat:
             with self._lock:
                 claims = [claim for claim in self.claims if claim.lease is not None]
             interval = min((float(claim.lease or 0.0) for claim in claims), default=10.0) / 4
-            by_actor: dict[Any, list[str]] = {}
+            by_actor: dict[Any, dict[str, list[int]]] = {}
             for claim in claims:
-                by_actor.setdefault(claim.actor, []).append(claim.token)
+                by_actor.setdefault(claim.actor, {})[claim.token] = claim.segments
             for actor, tokens in by_actor.items():
                 try:
                     actor.renew.remote(tokens)  # not waited for: a late renewal only shortens the next interval
@@ -213,10 +234,11 @@ class RayWriter:
         token: str,
         max_pending: int = 64,
         lease: float | None = None,
+        restarts: bool = False,
     ) -> None:
         self._buffer = buffer
-        self._claim = Claim(buffer.actor, buffer.name, list(claim[0]), token, lease)
-        self._adds = np.asarray(claim[1], np.int64)
+        adds = np.asarray(claim[1], np.int64)
+        self._claim = Claim(buffer.actor, buffer.name, list(claim[0]), adds, token, lease, restarts)
         self._max_pending = max_pending
         HEARTBEAT.keep(self._claim)
         self._finalizer = weakref.finalize(self, self._claim.abandon)
@@ -259,8 +281,8 @@ class RayWriter:
             )  # fmt: skip
         # Copies: the caller may reuse its arrays before the add is sent.
         claim.pending.append([np.array(leaf) for leaf in host.arrays(leaves)])
-        ids = self._adds * buffer.batch_size + np.asarray(claim.segments, np.int64)
-        self._adds += 1
+        ids = claim.adds * buffer.batch_size + np.asarray(claim.segments, np.int64)
+        claim.adds = claim.adds + 1
         if self._wait(0):
             claim.send()
         return ids
@@ -271,23 +293,28 @@ class RayWriter:
         Raises what the actor raised for it, naming the adds not stored.
         """
         claim = self._claim
-        if claim.in_flight is None:
-            return True
         ray = import_ray()
-        if not ray.wait([claim.in_flight], timeout=timeout)[0]:
-            return False
-        in_flight, claim.in_flight = claim.in_flight, None
-        claim.in_flight_count = 0
-        try:
-            ray.get(in_flight)
-        except ray.exceptions.RayTaskError as error:  # the actor refused them: said with how many it stored
-            lost = f"the {len(claim.pending)} add(s) made after them"
-            claim.pending.clear()
-            cause = cause_of(error)
-            raise type(cause)(NOT_STORED.format(error=cause, lost=lost)) from None
-        except ray.exceptions.RayActorError:  # the buffer's actor died: nothing more is stored
-            claim.pending.clear()
-            raise
+        while claim.in_flight is not None:
+            if not ray.wait([claim.in_flight], timeout=timeout)[0]:
+                return False
+            try:
+                ray.get(claim.in_flight)
+            except ray.exceptions.RayTaskError as error:  # the actor refused them: said with how many it stored
+                claim.in_flight, claim.in_flight_count = None, 0
+                lost = f"the {len(claim.pending)} add(s) made after them"
+                claim.pending.clear()
+                cause = cause_of(error)
+                raise type(cause)(NOT_STORED.format(error=cause, lost=lost)) from None
+            except ray.exceptions.RayActorError:  # the buffer's actor died
+                if not claim.restarts:
+                    claim.in_flight, claim.in_flight_count = None, 0
+                    claim.pending.clear()
+                    raise
+                wait_for_restart(claim.actor)  # Ray restarts it: the call goes again
+                claim.resend()
+                continue
+            claim.in_flight, claim.in_flight_count = None, 0
+            claim.in_flight_batches, claim.in_flight_first = [], None
         return True
 
     def flush(self) -> None:
