@@ -6,7 +6,6 @@ the weight of the windows it can draw, then a window in it, with the rate limite
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import threading
@@ -123,19 +122,18 @@ class RayHost:
         with self._lock:
             return self._claims.report()
 
-    def adopt(self, writer: str, segments: list[int], batches: list[list[np.ndarray]], in_flight: list[Any]) -> int:
-        """A writer dropped without `close()`: its adds stored after its call in flight, then its segments freed.
+    def adopt(self, writer: str, segments: list[int], batches: list[list[np.ndarray]], first: np.ndarray) -> int:
+        """A writer dropped without `close()`: its adds not known to be stored, stored, then its segments freed.
 
-        Returns how many of `batches` were stored; those not stored are counted in `writer_report`'s `lost_adds`.
+        `batches`: its call in flight's and the adds after it, `first` the first one's add numbers: what the
+        segments hold already (the call in flight stored it) is skipped (`add_many`). Returns how many
+        batches were given; those not stored are counted in `writer_report`'s `lost_adds`.
         """
-        ray = import_ray()
         stored = 0
         try:
-            if in_flight:
-                with contextlib.suppress(Exception):  # add_many counted what it did not store
-                    ray.get(in_flight[0])
-            if batches:
-                stored = len(self.add_many(segments, batches, None, writer))
+            for index, leaves in enumerate(batches):
+                self.add(segments, leaves, None, writer, first + index)
+                stored += 1
         except Exception:  # noqa: BLE001 - nobody is left to tell but the report
             with self._lock:
                 self._claims.ended["lost_adds"] += len(batches) - stored
@@ -492,7 +490,13 @@ def started_actor(ray: Any, config: dict[str, Any], namespace: str) -> Any:
     restarts = config.get("max_restarts", 0)  # Ray restarts a dead actor; each call is retried by the client
     actor = (
         actor_class(ray)
-        .options(name=config["name"], namespace=namespace, max_restarts=restarts, max_task_retries=0)
+        .options(
+            name=config["name"],
+            namespace=namespace,
+            max_restarts=restarts,
+            max_task_retries=0,
+            **config.get("actor_options", {}),
+        )  # fmt: skip
         .remote(config)
     )
     try:

@@ -104,6 +104,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         prefetch_items: int | None = None,
         writer_lease: float | None = WRITER_LEASE,
         max_restarts: int = 0,
+        actor_options: dict[str, Any] | None = None,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -146,6 +147,8 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             (-1: without end). The restarted actor reopens the directory (every add that returned, and the
             rate limiter's counts); calls wait for it (`RESTART_SECONDS`) and run again, writers resend what
             was in flight, datasets fetch on. The buffer's own `add_batch` in flight then raises.
+          actor_options: Ray's options for the actor, to place it: `resources`, `scheduling_strategy`
+            (a node of its own, with the memory), `runtime_env`, ...
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -168,6 +171,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             name=name,
             writer_lease=writer_lease,
             max_restarts=max_restarts,
+            actor_options=actor_options,
         )
         timeout = check_timeout(timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)

@@ -53,6 +53,7 @@ def actor_config(
     name: str | None,
     writer_lease: float | None = None,
     max_restarts: int = 0,
+    actor_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
 
@@ -76,6 +77,15 @@ def actor_config(
         raise ValueError(f"writer_lease: expected a number of seconds > 0 or None, got {writer_lease!r}")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
         raise ValueError(f"max_restarts: expected an int >= -1 (-1: without end), got {max_restarts!r}")
+    if actor_options is not None:
+        if not isinstance(actor_options, dict):
+            raise TypeError(f"actor_options: expected a dict of Ray actor options or None, got {actor_options!r}")
+        taken = sorted(set(actor_options) & {"name", "namespace", "max_restarts", "max_task_retries"})
+        if taken:
+            raise ValueError(
+                f"actor_options: expected Ray's placement options (resources, scheduling_strategy, ...), got "
+                f"{taken}, which the buffer sets itself (name=, max_restarts=)"
+            )
     if max_restarts and directory is None:
         raise ValueError(
             f"max_restarts: expected 0 without directory= (a restarted actor reopens its directory, which holds "
@@ -127,6 +137,7 @@ def actor_config(
         "seed": seed,
         "writer_lease": writer_lease,
         "max_restarts": max_restarts,
+        "actor_options": dict(actor_options or {}),
         "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
         "source": None if source is None else [source.kind, str(source.path)],
     }

@@ -33,7 +33,7 @@ def write_manifest(directory: pathlib.Path, config: dict[str, Any], sampler: str
     `sampler` is the sampler as `tfbuffers.remote.options.sampler_record` records it, made by the driver (which
     can import a factory by its name; the actor may hold a copy pickled by value).
     """
-    skipped = ("data_spec", "directory", "source", "sampler_record")
+    skipped = ("data_spec", "directory", "source", "sampler_record", "actor_options")  # where it ran: not kept
     manifest = {key: value for key, value in config.items() if key not in skipped}
     manifest.update(format=MANIFEST_FORMAT, spec=specs.spec_to_json(config["data_spec"]), sampler=sampler)
     directory.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import threading
 import time
 import warnings
@@ -123,8 +124,11 @@ class Claim:
     def abandon(self) -> None:
         """The writer was dropped without `close()`: the actor stores its adds after the call in flight, then releases.
 
-        Runs as the writer's finalizer (in any thread, when it is collected): it sends one call and waits for
-        nothing. At exit, `_wait_for_abandoned` waits for those calls before Ray shuts down.
+        Runs as the writer's finalizer, when it is collected: it sends one call, and waits until it is
+        done (at most `_EXIT_WAIT_SECONDS`) unless the garbage collector runs it (then in any thread, in
+        the middle of anything: it waits for nothing). At exit, `_wait_for_abandoned` waits for the calls
+        not waited for, before Ray shuts down. Waiting keeps a process that ends right after dropping
+        its writer (a Ray actor whose handles are gone) from taking the call with it before it is sent.
         """
         if not self.open:
             return
@@ -136,19 +140,43 @@ class Claim:
             if count:
                 warnings.warn(DROPPED.format(name=self.name, count=count, reason="Ray is shut down"), stacklevel=2)
             return
-        in_flight = [] if self.in_flight is None else [self.in_flight]  # in a list: the actor waits for it itself
-        try:
-            done = self.actor.adopt.options(concurrency_group=WRITES).remote(
-                self.token, self.segments, self.pending, in_flight
-            )
-        except Exception as error:  # noqa: BLE001 - a finalizer must not raise; it says what was lost
-            warnings.warn(DROPPED.format(name=self.name, count=count, reason=error), stacklevel=2)
-            return
-        _ABANDONED.append(done)
+        # Every add not known to be stored, from the call in flight's first: the actor skips what it holds.
+        batches = (self.in_flight_batches if self.in_flight is not None else []) + self.pending
+        first = self.adds - len(batches)
+        while True:
+            try:
+                done = self.actor.adopt.options(concurrency_group=WRITES).remote(
+                    self.token, self.segments, batches, first
+                )
+            except Exception as error:  # noqa: BLE001 - a finalizer must not raise; it says what was lost
+                warnings.warn(DROPPED.format(name=self.name, count=count, reason=error), stacklevel=2)
+                return
+            if _COLLECTING[0]:
+                _ABANDONED.append(done)
+                return
+            try:
+                ray.get(done, timeout=_EXIT_WAIT_SECONDS)
+                return
+            except ray.exceptions.RayActorError as error:  # the buffer's actor died
+                if not self.restarts:
+                    warnings.warn(DROPPED.format(name=self.name, count=count, reason=error), stacklevel=2)
+                    return
+                with contextlib.suppress(Exception):
+                    wait_for_restart(self.actor)  # Ray restarts it: the call goes again
+            except Exception:  # noqa: BLE001 - the actor counts what it could not store (writer_report)
+                return
 
 
 _ABANDONED: list[Any] = []  # the dropped writers' last calls, waited for at exit
 _EXIT_WAIT_SECONDS = 60.0
+_COLLECTING = [False]  # whether the garbage collector runs (a finalizer then must not wait)
+
+
+def _note_collection(phase: str, _: dict[str, Any]) -> None:
+    _COLLECTING[0] = phase == "start"
+
+
+gc.callbacks.append(_note_collection)
 
 
 def _wait_for_abandoned() -> None:
