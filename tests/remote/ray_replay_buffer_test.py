@@ -22,6 +22,7 @@ import pytest
 import ray
 import tensorflow as tf
 from conftest import NewestAdds
+from traced_frames import TRACED
 
 import tfbuffers
 from tfbuffers import PyUniformReplayBuffer, RayReplayBuffer, kinds
@@ -29,14 +30,6 @@ from tfbuffers import ray_replay_buffer as ray_lib
 from tfbuffers.specs import flatten_spec
 
 SPEC = {"x": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([3], tf.float32)}
-# Frames traced to their writer, environment and step; step types for episodes (FIRST 0, MID 1, LAST 2).
-TRACED = {
-    "writer": tf.TensorSpec([], tf.int64),
-    "env": tf.TensorSpec([], tf.int64),
-    "step": tf.TensorSpec([], tf.int64),
-    "step_type": tf.TensorSpec([], tf.int32),
-    "obs": tf.TensorSpec([4], tf.float32),
-}
 
 
 @pytest.fixture(scope="module", autouse=True)

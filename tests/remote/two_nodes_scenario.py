@@ -26,18 +26,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from traced_frames import TRACED  # noqa: E402
 
 from tfbuffers import RayReplayBuffer  # noqa: E402
 
-TRACED = {
-    "writer": tf.TensorSpec([], tf.int64),
-    "env": tf.TensorSpec([], tf.int64),
-    "step": tf.TensorSpec([], tf.int64),
-    "step_type": tf.TensorSpec([], tf.int32),
-    "obs": tf.TensorSpec([4], tf.float32),
-}
 EPISODE = 5
 SEGMENTS = 4
 LEASE = 2.0
