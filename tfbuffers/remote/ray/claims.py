@@ -30,6 +30,7 @@ class Claims:
         self._holder: dict[int, str] = {}  # segment -> writer
         self._deadline: dict[str, float] = {}  # writer -> when its lease runs out (time.monotonic())
         self._expired: set[str] = set()  # writers whose lease ran out and that did not come back
+        self._released: set[str] = set()  # writers that gave their segments up: a late renewal takes none back
         self.ended = {"closed": 0, "dropped": 0, "lost_adds": 0}
 
     def claim(self, num_envs: int, writer: str) -> list[int]:
@@ -60,7 +61,7 @@ class Claims:
         """
         lost = []
         for writer, segments in writers.items():
-            if any(self._holder.get(s, writer) != writer for s in segments):
+            if writer in self._released or any(self._holder.get(s, writer) != writer for s in segments):
                 lost.append(writer)
             else:
                 self._take(writer, segments)
@@ -95,6 +96,7 @@ class Claims:
 
     def release(self, writer: str, how: str) -> None:
         """Frees `writer`'s segments; `how` its claim ended ("closed", "dropped") is counted."""
+        self._released.add(writer)
         if writer in self._holder.values():
             self.ended[how] += 1
         self._holder = {s: w for s, w in self._holder.items() if w != writer}
