@@ -21,15 +21,10 @@ import sys
 import threading
 import time
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every address Ray picks is 127.0.0.1: loopback only
-os.environ.setdefault("RAY_AUTH_MODE", "token")
+import numpy as np
+from traced_frames import TRACED
 
-import numpy as np  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
-from traced_frames import TRACED  # noqa: E402
-
-from tfbuffers import RayReplayBuffer  # noqa: E402
+from tfbuffers import RayReplayBuffer
 
 EPISODE = 5
 SEGMENTS = 4
@@ -49,15 +44,16 @@ def traced(writer: int, segment: int, step: int) -> dict[str, np.ndarray]:
     }
 
 
-@ray.remote(num_cpus=0, resources={"writer_node": 1})
 class Session:
-    """One writer session on the writer node: claims a segment, adds, and ends as told."""
+    """One writer session on the writer node (a Ray actor there): claims a segment, adds, and ends as told."""
 
     def __init__(self, buffer: RayReplayBuffer, writer_id: int) -> None:
         self.writer = buffer.writer(1)
         self.id = writer_id
 
     def where(self) -> tuple[str, int, int]:
+        import ray
+
         return ray.get_runtime_context().get_node_id(), os.getpid(), self.writer.segments[0]
 
     def add(self, steps: int, pause: float) -> int:
@@ -76,6 +72,16 @@ class Session:
 
 
 def main(directory: str, seconds: float) -> dict:
+    """Runs the scenario on a cluster of its own; Ray is imported here, after its environment is set.
+
+    (Importing this module does nothing else: pytest imports it for its doctests.)
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every address Ray picks is 127.0.0.1: loopback only
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    session_actor = ray.remote(num_cpus=0, resources={"writer_node": 1})(Session)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "resources": {"buffer_node": 1}, "include_dashboard": False},
@@ -117,7 +123,7 @@ def main(directory: str, seconds: float) -> dict:
         running = []
         for _ in range(2):  # two sessions at a time, on the writer node
             writer_id += 1
-            session = Session.remote(buffer, writer_id)
+            session = session_actor.remote(buffer, writer_id)
             try:
                 node, pid, segment = ray.get(session.where.remote())
             except ray.exceptions.RayTaskError:  # no free segment yet: a killed session's lease runs out
