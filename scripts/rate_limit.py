@@ -137,6 +137,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         seed=0,
     )
     writers = [_writer_class(ray).remote(buffer, args.envs_per_writer, args.env_seconds) for _ in range(args.writers)]
+    ray.get([writer.__ray_ready__.remote() for writer in writers])  # their processes up: the clock starts now
     runs = [writer.run.remote(args.seconds) for writer in writers]
     stop_learning = threading.Event()
     batches = [0]

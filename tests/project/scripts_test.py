@@ -593,7 +593,7 @@ def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
 def test_the_rate_limit_run_keeps_the_ratio_within_its_bounds_and_stores_every_returned_add(tmp_path):
     import subprocess
 
-    argv = ["--writers", "2", "--envs-per-writer", "1", "--seconds", "4", "--min-size", "64", "--error-buffer", "32"]
+    argv = ["--writers", "2", "--envs-per-writer", "1", "--seconds", "6", "--min-size", "64", "--error-buffer", "32"]
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "rate_limit.py"), *argv, "--output-dir", str(tmp_path), "--no-progress"],
         capture_output=True, text=True, timeout=600,

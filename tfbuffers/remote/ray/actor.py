@@ -126,8 +126,9 @@ class RayHost:
         """A writer dropped without `close()`: its adds not known to be stored, stored, then its segments freed.
 
         `batches`: its call in flight's and the adds after it, `first` the first one's add numbers: what the
-        segments hold already (the call in flight stored it) is skipped (`add_many`). Returns how many
-        batches were given; those not stored are counted in `writer_report`'s `lost_adds`.
+        segments hold already (the call in flight stored it) is skipped (`add`'s `expected`). Returns how
+        many batches went through; those that could not (a closed buffer) are counted in `writer_report`'s
+        `lost_adds`.
         """
         stored = 0
         try:
