@@ -8,6 +8,7 @@ writers overwrite the rows readers are gathering all the time.
 from __future__ import annotations
 
 import threading
+import time
 
 import conftest
 import numpy as np
@@ -90,13 +91,14 @@ def test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again(m
     # A rewrite that never ends (the generation left odd) tears every read: get_next gives up after
     # READ_ATTEMPTS reads, a dataset after READ_ATTEMPTS dropped elements in a row.
     monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_WAIT_SECONDS", 0.0)
     buffer = make(kind, max_length=4)
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     dataset = buffer.as_dataset(2, 1)
     in_graph = tf.function(lambda: buffer.get_next(2, 1))
     concurrency = buffer._concurrency
     concurrency.generation.assign_add(1)
-    busy = READ_BUSY.format(buffer=type(buffer).__name__, attempts=5)
+    busy = READ_BUSY.format(buffer=type(buffer).__name__, attempts=5, seconds=0)
     for read in (lambda: buffer.get_next(2, 1), in_graph, lambda: next(iter(dataset))):
         with pytest.raises(tf.errors.InvalidArgumentError) as raised:
             read()
@@ -111,18 +113,46 @@ def test_reads_torn_every_time_fail_with_read_busy_then_the_buffer_reads_again(m
     assert int(buffer.num_frames()) == 6
 
 
+def test_torn_reads_keep_trying_past_read_attempts_until_the_wait_has_passed(monkeypatch):
+    # Both bounds must pass before READ_BUSY: a reader that a loaded machine deschedules while a writer keeps
+    # overwriting a small ring can spend a thousand attempts in milliseconds.
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_WAIT_SECONDS", 0.5)
+
+    buffer = make("tf", max_length=4)
+    buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
+    concurrency = buffer._concurrency
+    concurrency.generation.assign_add(1)  # every read is torn
+    busy = READ_BUSY.format(buffer="TFUniformReplayBuffer", attempts=5, seconds=0.5)
+    dataset = buffer.as_dataset(2, 1)
+    in_graph = tf.function(lambda: buffer.get_next(2, 1))
+    for read in (lambda: buffer.get_next(2, 1), in_graph, lambda: next(iter(dataset))):
+        began = time.monotonic()
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            read()
+        assert busy in raised.value.message
+        assert time.monotonic() - began >= 0.5  # a lower bound only: the clock it waits on is tf.timestamp
+    assert int(concurrency.torn.numpy()) > 5  # the dataset dropped more than READ_ATTEMPTS torn elements in a row
+    concurrency.generation.assign_add(1)  # the rewrite ends
+    for read in (lambda: buffer.get_next(2, 1), lambda: next(iter(dataset))):
+        items, info = read()
+        np.testing.assert_array_equal(stress.check_whole(items), info.ids)
+    assert int(concurrency.torn.numpy()) == 0
+
+
 def test_a_prioritized_draw_of_a_row_an_add_is_still_writing_is_read_again(monkeypatch):
     # An add gives its rows the largest priority in the same step as it writes them, before its counter moves.
     # Caught there, a ring not yet full has a row that sampling by priority can draw and that the counter does
     # not count: its fields may be half written. Every such read is torn, so reads give up (READ_BUSY); once
     # the add's counter moves, they read the whole row.
     monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_ATTEMPTS", 5)  # read when the graphs are traced
+    monkeypatch.setattr(tfbuffers.execution._tf_concurrency, "READ_WAIT_SECONDS", 0.0)
     buffer = make("tf_prioritized", max_length=4)
     buffer.add_batch(stress.frames(np.arange(3, dtype=np.int64)))
     buffer.update_priorities(tf.constant([0, 1, 2], tf.int64), tf.constant([1e-9] * 3))  # the next rows dominate
     rows = tf.constant([3, 4, 5], tf.int64)  # the second add's block: frames 3, 4, 5
     buffer.sampler.on_add(tf.constant(1, tf.int64), rows)  # the add's first step; its rows and counter not written yet
-    busy = READ_BUSY.format(buffer="TFPrioritizedReplayBuffer", attempts=5)
+    busy = READ_BUSY.format(buffer="TFPrioritizedReplayBuffer", attempts=5, seconds=0)
     in_graph = tf.function(lambda: buffer.get_next(64, 1))
     dataset = buffer.as_dataset(64, 1)
     for read in (lambda: buffer.get_next(64, 1), in_graph, lambda: next(iter(dataset))):

@@ -32,15 +32,19 @@ Readers take no lock (a seqlock): they read `generation` and the counter,
 gather, then read `writers`, the counter and `generation` again. What they
 gathered is whole iff the generation is unchanged and even, and every add it read is at
 least `added' + writers' - max_length`, i.e. no write that began before the
-gather ended overwrote it. Otherwise they read again, at most `READ_ATTEMPTS`
-times, then fail with `READ_BUSY`: no read waits without bound.
+gather ended overwrote it. Otherwise they read again until at least `READ_ATTEMPTS`
+reads and `READ_WAIT_SECONDS` (by `tf.timestamp`) have passed, then fail with
+`READ_BUSY`: no read waits without bound. Both bounds, not either: a thousand
+attempts take milliseconds, and a reader descheduled on a loaded machine while
+a writer keeps overwriting a small ring could spend them all on torn reads.
 
 A dataset's reads are not retried in place: a retry loop (`tf.while_loop`) in a
 dataset's function costs about as much as the sample itself, torn or not. Each
 element is one attempt (`checked_read`) that says whether it is whole; a torn one
 is dropped (`Dataset.filter`) and the next element drawn instead, which is the
 same as reading again. `count_torn` keeps the bound: `READ_ATTEMPTS` torn reads
-in a row (counted over every dataset of the buffer) fail with `READ_BUSY`.
+in a row (counted over every dataset of the buffer) over at least
+`READ_WAIT_SECONDS` fail with `READ_BUSY`.
 """
 
 from __future__ import annotations
@@ -63,8 +67,9 @@ WAITED_TOO_LONG = (
     "your own lock"
 )
 READ_ATTEMPTS = 1000
+READ_WAIT_SECONDS = 5.0
 READ_BUSY = (
-    "{buffer}: no whole read in {attempts} attempts: writes kept overwriting the frames being read; "
+    "{buffer}: no whole read in {attempts} attempts and {seconds:g} s: writes kept overwriting the frames being read; "
     "sample fewer frames per call or write less often"
 )
 
@@ -85,6 +90,7 @@ class Concurrency:
         self.writers = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="writers")
         self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
         self.torn = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="torn_reads_in_a_row")
+        self.torn_since = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="first_torn_read_time")
 
     def writing(self) -> tf.Tensor:
         """How many writers hold or are trying the lock (0 at rest)."""
@@ -176,36 +182,47 @@ class Concurrency:
         return tf.logical_and(unchanged, oldest >= now + writing - max_length), tensors
 
     def count_torn(self, whole: tf.Tensor) -> tf.Tensor:
-        """`whole`, once the count of torn reads in a row is updated: `READ_BUSY` at `READ_ATTEMPTS` of them.
+        """`whole`, once the count of torn reads in a row is updated.
 
+        `READ_BUSY` at `READ_ATTEMPTS` of them over at least `READ_WAIT_SECONDS`.
         For reads that drop a torn attempt instead of reading again (a dataset's elements).
         Concurrent readers share the count: any whole read resets it.
         """
         torn = tf.where(whole, tf.constant(0, tf.int64), self.torn.read_value() + 1)
-        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS)
-        with tf.control_dependencies([tf.debugging.Assert(torn < READ_ATTEMPTS, [busy])]):
-            counted = self.torn.assign(torn, read_value=False)
-        with tf.control_dependencies([counted]):
+        now = tf.timestamp()
+        since = tf.where(torn > 1, self.torn_since.read_value(), now)
+        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS, seconds=READ_WAIT_SECONDS)
+        patient = tf.logical_or(torn < READ_ATTEMPTS, now - since < READ_WAIT_SECONDS)
+        with tf.control_dependencies([tf.debugging.Assert(patient, [busy])]):
+            counted = [self.torn.assign(torn, read_value=False), self.torn_since.assign(since, read_value=False)]
+        with tf.control_dependencies(counted):
             return tf.identity(whole)
 
     def read_whole(
         self, read: Callable[[], tuple[list[tf.Tensor], tf.Tensor]], added: tf.Variable, max_length: int
     ) -> list[tf.Tensor]:
-        """`read()`'s tensors, read again (at most `READ_ATTEMPTS` times) until no write overlapped the read."""
+        """`read()`'s tensors, read again until no write overlapped the read.
+
+        At most until `READ_ATTEMPTS` reads and `READ_WAIT_SECONDS` have both passed.
+        """
         whole, tensors = self.checked_read(read, added, max_length)
-        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS)
+        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS, seconds=READ_WAIT_SECONDS)
 
-        def retry(attempt: tf.Tensor, whole: tf.Tensor, tensors: list[tf.Tensor]) -> tuple[Any, ...]:
-            # Checked only on a retry, which is rare: a read that needs none runs no assertion.
-            with tf.control_dependencies([tf.debugging.Assert(attempt < READ_ATTEMPTS, [busy])]):
+        def retry(attempt: tf.Tensor, since: tf.Tensor, whole: tf.Tensor, tensors: list[tf.Tensor]) -> tuple[Any, ...]:
+            # Checked only on a retry, which is rare: a read that needs none runs no assertion nor clock.
+            now = tf.timestamp()
+            since = tf.where(attempt == 1, now, since)
+            patient = tf.logical_or(attempt < READ_ATTEMPTS, now - since < READ_WAIT_SECONDS)
+            with tf.control_dependencies([tf.debugging.Assert(patient, [busy])]):
                 whole, tensors = self.checked_read(read, added, max_length)
-            return attempt + 1, whole, tensors
+            return attempt + 1, since, whole, tensors
 
-        _, _, retried = tf.while_loop(
-            lambda attempt, whole, tensors: tf.logical_not(whole),
+        _, _, _, retried = tf.while_loop(
+            lambda attempt, since, whole, tensors: tf.logical_not(whole),
             retry,
-            [tf.constant(1), whole, tensors],
+            [tf.constant(1), tf.constant(0.0, tf.float64), whole, tensors],
             shape_invariants=[
+                tf.TensorShape([]),
                 tf.TensorShape([]),
                 whole.shape,
                 [tf.TensorShape([None] * t.shape.rank) for t in tensors],
