@@ -146,8 +146,8 @@ MUTATIONS = (
         description="Ray claims: free segments tested against the writers' tokens, not the claimed segments, "
         "so a second writer claims segments already held; slow ray_replay_buffer_test only: runs two of its tests",
         file="tfbuffers/remote/ray/claims.py",
-        old="free = [s for s in range(self._segments) if s not in self._holder]",
-        new="free = [s for s in range(self._segments) if s not in self._holder.values()]",
+        old="free = [s for s in order if s not in self._holder]",
+        new="free = [s for s in order if s not in self._holder.values()]",
         catches="tests/remote/ray_replay_buffer_test.py::test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_"
         "own_segments (the second writer gets [0, 1], not [1, 2]); test_actor_processes_add_while_a_learner_samples_"
         "and_updates_priorities (three actors share segments 0 and 1)",

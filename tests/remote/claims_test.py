@@ -63,3 +63,11 @@ def test_without_a_lease_claims_last_until_released(clock):
         claims.claim(1, "b")
     claims.release("a", "dropped")
     assert claims.report() == {"claims": {}, "closed": 0, "dropped": 1, "lost_adds": 0, "expired": 0}
+
+
+def test_a_claim_takes_the_free_segments_first_in_the_order_given_and_returns_them_sorted(clock):
+    claims = Claims(4, lease=None)
+    assert claims.claim(1, "a", order=[2, 0, 3, 1]) == [2]
+    assert claims.claim(2, "b", order=[2, 3, 1, 0]) == [1, 3]  # 2 is a's
+    claims.release("a", "closed")
+    assert claims.claim(2, "c", order=[1, 3, 0, 2]) == [0, 2]

@@ -36,7 +36,7 @@ def test_writers_on_another_node_come_go_and_die_and_every_returned_add_is_kept(
     assert writer_nodes == set(result["nodes"]) - {result["buffer_node"]}
     assert result["buffer_restarted"]
     hows = [session["how"] for session in result["sessions"]]
-    assert len(hows) >= 4 and set(hows) == {"close", "drop", "kill"}
+    assert len(hows) >= 6 and set(hows) == {"close", "drop", "kill"}
     for session in result["sessions"]:
         stored = result["stored"].get(str(session["writer"]), [])
         if session["how"] == "kill":  # what it sent, in order; the rest died with it

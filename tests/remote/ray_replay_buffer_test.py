@@ -481,6 +481,33 @@ def add_and_drop(buffer, frames):
     return segment
 
 
+@ray.remote(num_cpus=0)
+def add_and_close(buffer, first, frames):
+    """A Ray task that takes a writer of one environment, adds `frames` frames from `first` on, and closes it."""
+    with buffer.writer(1) as writer:
+        for t in range(first, first + frames):
+            writer.add_batch(batch([t], 1))
+        return writer.segments[0]
+
+
+def test_writers_that_join_after_others_closed_take_the_segments_written_longest_ago():
+    # Issue 50, finding 1: four writers in turn, each adding 60 frames into a capacity of 400 (4 segments of 100),
+    # kept 100 or 160: each took the lowest free segment, the one the writer before had just closed, and its ring
+    # overwrote those frames while the other segments stayed empty.
+    buffer = RayReplayBuffer(SPEC, capacity=400, batch_size=4, name="writers-in-turn")
+    taken = [ray.get(add_and_close.remote(buffer, 1000 * w, 60)) for w in range(4)]
+    assert sorted(taken) == [0, 1, 2, 3]
+    assert int(buffer.num_frames()) == 240
+    for w, segment in enumerate(taken):
+        assert np.asarray(buffer.gather_segment(segment)["x"]).tolist() == list(range(1000 * w, 1000 * w + 60))
+    # Every segment written: the next writer takes the one written longest ago, so the oldest frames go first.
+    assert ray.get(add_and_close.remote(buffer, 4000, 50)) == taken[0]
+    kept = np.asarray(buffer.gather_segment(taken[0])["x"]).tolist()
+    assert kept == list(range(10, 60)) + list(range(4000, 4050))  # a ring of 100: its 10 oldest frames overwritten
+    assert int(buffer.num_frames()) == 240 + 40
+    buffer.close()
+
+
 def test_a_writer_dropped_without_close_stores_every_returned_add_and_frees_its_segments():
     # Issue 50, finding 2: a writer that added 50 frames and went out of scope kept 44, and its segment stayed claimed.
     buffer = RayReplayBuffer(SPEC, batch_size=3, max_length=200, name="dropped-writers")
@@ -595,6 +622,77 @@ def test_the_rate_limiters_counts_come_back_with_a_restarted_actor(tmp_path):
         RayReplayBuffer(SPEC, batch_size=1, max_length=4, max_restarts=2)
 
 
+def test_a_buffer_in_ram_restarts_from_its_last_checkpoint_and_counts_the_frames_it_lost(tmp_path):
+    # Issue 50, finding 5, in RAM: without directory=, a dead actor's buffer was gone until someone loaded a save.
+    root = tmp_path / "checkpoints"
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=100, checkpoint_dir=root, checkpoint_frames=10,
+                             max_restarts=1, samples_per_insert=1.0, error_buffer=100.0)  # fmt: skip
+    assert buffer.checkpoint_report()["checkpoints"] == 0
+    writer = buffer.writer(1)
+    assert writer.segments == [0]
+    for t in range(25):
+        writer.add_batch(batch([t], 1))
+        if t == 14:
+            writer.flush()
+            buffer.get_next(sample_batch_size=4)
+    writer.flush()
+    report = buffer.checkpoint_report()
+    assert report == {"latest": str(root / "checkpoint-00000002"), "checkpoints": 2, "frames_since": 5,
+                      "restored_from": None, "lost_frames": 0, "error": None}  # fmt: skip
+    assert sorted(path.name for path in root.iterdir()) == ["LATEST", "checkpoint-00000002"]  # the first deleted
+    os.kill(ray.get(buffer.actor.ping.remote()), signal.SIGKILL)
+    assert int(buffer.num_frames()) == 20  # waits for the restart: the frames of the second checkpoint
+    counts = buffer.rate_limiter_counts()
+    assert (counts["inserts"], counts["samples"], counts["frames"]) == (20, 4, 20)
+    for t in range(25, 30):  # the writer goes on; its first add tells the actor it had stored 25
+        writer.add_batch(batch([t], 1))
+    writer.flush()
+    assert writer.add_batch(batch([30], 1)).tolist() == [25 * 2]  # numbered on from the actor's count
+    writer.close()
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == list(range(20)) + list(range(25, 31))
+    report = buffer.checkpoint_report()
+    assert report["restored_from"] == str(root / "checkpoint-00000002") and report["lost_frames"] == 5
+    assert report["checkpoints"] == 2 and report["frames_since"] == 6
+    buffer.close()
+
+
+def test_checkpoints_every_few_seconds_only_when_something_changed_and_load_the_last(tmp_path):
+    root = tmp_path / "checkpoints"
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=10, sampler="prioritized", checkpoint_dir=root,
+                             checkpoint_seconds=0.2, seed=3)  # fmt: skip
+    for t in range(3):
+        buffer.add_batch(batch([t, 100 + t], 2))
+    buffer.update_priorities(np.array([0, 1]), np.array([4.0, 0.5]))
+    wait_until(lambda: buffer.checkpoint_report()["frames_since"] == 0)
+    written = buffer.checkpoint_report()["checkpoints"]
+    time.sleep(1.0)  # five ticks: nothing changed, nothing written
+    assert buffer.checkpoint_report()["checkpoints"] == written
+    assert buffer.checkpoint() == root / f"checkpoint-{written + 1:08d}"
+    before = {key: np.asarray(value) for key, value in buffer.gather_all().items()}
+    _, info = buffer.get_next(sample_batch_size=64)
+    probabilities = dict(zip(np.asarray(info.ids).tolist(), np.asarray(info.probabilities).tolist()))
+    buffer.close()
+    loaded = RayReplayBuffer.load(root)  # a checkpoint_dir: its last checkpoint
+    after = loaded.gather_all()
+    for key, value in before.items():
+        np.testing.assert_array_equal(np.asarray(after[key]), value)
+    _, info = loaded.get_next(sample_batch_size=64)
+    for i, p in zip(np.asarray(info.ids).tolist(), np.asarray(info.probabilities).tolist()):
+        assert p == probabilities.get(i, p)  # the priorities came back
+    assert len(set(probabilities) & set(np.asarray(info.ids).tolist())) >= 2
+    loaded.close()
+    with pytest.raises(ValueError, match=r"^checkpoint_dir: expected a new or empty directory, got '.*checkpoints'"):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_dir=root)
+    with pytest.raises(ValueError, match=r"^checkpoint_dir: expected None with directory="):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_dir=tmp_path / "a", directory=tmp_path / "b")
+    with pytest.raises(ValueError, match=r"^checkpoint_dir: expected a directory with checkpoint_frames=5"):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_frames=5)
+    with pytest.raises(ValueError, match=r"^checkpoint_seconds: expected a number of seconds > 0 or None, got 0"):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_dir=tmp_path / "c", checkpoint_seconds=0)
+    with pytest.raises(ValueError, match=r"checkpoint: the buffer was made without checkpoint_dir="):
+        RayReplayBuffer(SPEC, batch_size=2, max_length=4).checkpoint()
+
+
 def test_save_load_after_the_actor_is_killed(tmp_path):
     buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6)
     for t in range(7):
@@ -669,8 +767,10 @@ def test_handles_pickle_into_tasks_and_connect_from_another_driver(cluster):
         [sys.executable, "-c", script, cluster], capture_output=True, text=True, timeout=300, env=dict(os.environ)
     )
     assert "FRAMES 2" in run.stdout, run.stderr[-3000:]
-    # The task's writer released segment 0, the other driver's claimed it; that driver's close kept the buffer.
-    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == [77, 88]
+    # The task's writer released segment 0; the other driver's took segment 1, never written; its close kept the
+    # buffer.
+    assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == [77]
+    assert np.asarray(buffer.gather_segment(1)["x"]).tolist() == [88]
     buffer.close()
     with pytest.raises(ValueError, match="no buffer named 'shared-by-name'"):
         for _ in range(50):  # the actor's name is freed once Ray has ended it

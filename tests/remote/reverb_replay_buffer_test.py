@@ -306,6 +306,38 @@ def test_close_sends_the_items_written_since_the_last_flush():
         server.stop()
 
 
+def test_a_writer_dropped_without_close_or_exiting_without_it_sends_its_items_first():
+    # Issue 50, the Reverb side: a Reverb writer destroyed unflushed drops the items it has not sent.
+    import subprocess
+    import sys
+
+    server = served_table(SPEC)
+    try:
+        address = f"localhost:{server.port}"
+        buffer = ReverbReplayBuffer(SPEC, sequence_length=2, address=address)
+        for t in range(5):
+            buffer.add_batch(frames([t]))
+        del buffer  # no close(): its finalizer flushes
+        client = reverb.Client(address)
+        assert client.server_info()["tfbuffers"].current_size == 4
+        script = (
+            "import sys, numpy as np, tensorflow as tf\n"
+            "from tfbuffers.reverb_replay_buffer import ReverbReplayBuffer\n"
+            "spec = {'x': tf.TensorSpec([], tf.int64), 'v': tf.TensorSpec([2], tf.float32)}\n"
+            "buffer = ReverbReplayBuffer(spec, sequence_length=2, address=sys.argv[1])\n"
+            "for t in range(100, 110):\n"
+            "    buffer.add_batch({'x': np.array([t]), 'v': np.array([[t, -t]], np.float32)})\n"
+        )  # and the process exits: the finalizer runs at exit
+        done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert client.server_info()["tfbuffers"].current_size == 4 + 9  # every window its 10 frames end
+        with ReverbReplayBuffer(SPEC, sequence_length=2, address=address) as reader:
+            windows, _ = drawn_windows(reader, draws=1000)
+        assert windows == {(t, t + 1) for t in range(4)} | {(t, t + 1) for t in range(100, 109)}
+    finally:
+        server.stop()
+
+
 def test_a_long_episode_never_holds_more_than_max_pending_items_unconfirmed():
     from tfbuffers.reverb_replay_buffer import MAX_PENDING_ITEMS, EnvironmentWriters, make_table
 

@@ -4,7 +4,8 @@ Run as a process of its own by `ray_cluster_test.py` (it starts and stops its ow
 test process's): `python two_nodes_scenario.py DIRECTORY SECONDS`. Prints one line, `RESULT` and JSON: what
 every writer session returned, what the buffer holds, what the learner sampled.
 
-The writers are Ray actors on the writer node. For SECONDS, sessions join and leave: each claims one
+The writers are Ray actors on the writer node. For SECONDS (and at least six sessions and the buffer's death),
+sessions join and leave: each claims one
 segment, adds traced frames (its own writer id, its segment, its step; an episode of 5 frames at a time)
 and then closes, drops its writer without `close()`, or is killed (SIGKILL of its worker process). A
 learner in this driver samples windows of 2 throughout, and the buffer's own actor is killed once,
@@ -119,7 +120,9 @@ def main(directory: str, seconds: float) -> dict:
     learner.start()
     sessions, killed_buffer, rng, writer_id = [], False, np.random.default_rng(0), 0
     start = time.monotonic()
-    while time.monotonic() - start < seconds:
+    # At least SECONDS, and at least two sessions of each kind and the buffer's death: a loaded machine starts a
+    # session's worker process (TensorFlow's import) in seconds, so a time bound alone may see two sessions.
+    while time.monotonic() - start < seconds or len(sessions) < 6 or not killed_buffer:
         running = []
         for _ in range(2):  # two sessions at a time, on the writer node
             writer_id += 1

@@ -17,15 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfbuffers import prioritized, sampling, specs
-from tfbuffers.remote.ray.claims import Claims
+from tfbuffers.remote.ray.checkpoints import LIMITER_FILE, Checkpoints
+from tfbuffers.remote.ray.claims import Claims, WriterCalls
 from tfbuffers.remote.ray.cluster import cause_of, import_ray
 from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 from tfbuffers.remote.ray.writer import WRITES
-
-LIMITER_FILE = "rate_limiter.npy"
-"""The rate limiter's counts (inserts, samples) beside a buffer's memory-mapped segments."""
-
 
 WAITED = (
     "RayReplayBuffer {name!r}: {what} waited {seconds:g} s for the rate limiter (min_size_to_sample={min_size}, "
@@ -39,8 +36,8 @@ UNEVEN = (
 )
 
 
-class RayHost:
-    """What the Ray actor runs: the segments' buffers, the claims on them and the rate limiter.
+class RayHost(WriterCalls):
+    """What the Ray actor runs: the segments' buffers, the claims on them, the rate limiter and checkpoints.
 
     Methods run in the actor's threads (`max_concurrency`); one lock (and its condition, for the rate
     limiter's waits) orders adds, samples, clears and claims. Made by `RayReplayBuffer`, not by hand.
@@ -66,7 +63,15 @@ class RayHost:
         source = config.pop("source", None)  # ["open"] or ["load", the saved files' directory]; None: empty
         context = import_ray().get_runtime_context() if config.get("max_restarts") else None
         self.restarted = context is not None and context.was_current_actor_reconstructed
-        if self.restarted:  # Ray restarted the actor after its process died: the directory holds every returned add
+        self._checkpoints = None
+        if config.get("checkpoint_dir") is not None:  # in RAM: written there every so many frames or seconds
+            self._checkpoints = Checkpoints(
+                config["checkpoint_dir"], config["checkpoint_frames"], config["checkpoint_seconds"]
+            )  # fmt: skip
+            restored = self._checkpoints.restored_from
+            if self.restarted and restored is not None:  # Ray restarted the actor: its last checkpoint
+                source = ["load", str(restored)]
+        elif self.restarted:  # Ray restarted the actor after its process died: the directory holds every returned add
             source = ["open"]
         self._segments: list[Any] = []
         try:
@@ -78,10 +83,18 @@ class RayHost:
             raise
         samples_per_insert, error_buffer = config["ratio"] or (None, None)
         counts = limiter_counts(config["directory"], self._size(), source)
+        if self._checkpoints is not None and self.restarted:  # from the last checkpoint, or empty before the first
+            if self._checkpoints.restored_from is not None:
+                counts = self._checkpoints.limiter_counts()
+            self._checkpoints.restored = {s: int(segment.storage.added) for s, segment in enumerate(self._segments)}
         self._limiter = RateLimiter(config["min_size_to_sample"] or 0, samples_per_insert, error_buffer, counts)
         self._share_largest()
+        self._adds = 0  # adds since the actor started, and the latest that wrote each segment (-1: none yet)
+        self._written = [-1] * len(self._segments)
         if config["directory"] is not None and (source is None or source[0] != "open"):
             write_manifest(pathlib.Path(config["directory"]), config, config["sampler_record"])
+        if self._checkpoints is not None:
+            self._checkpoints.start(self._lock, self._checkpoint)
 
     def config(self) -> dict[str, Any]:
         """The configuration the buffer was made with (`RayReplayBuffer.connect` reads it)."""
@@ -90,57 +103,6 @@ class RayHost:
     def ping(self) -> int:
         """The actor's pid, once it is built (its constructor's errors are raised by the first call)."""
         return os.getpid()
-
-    # Claims.
-
-    def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
-        """`num_envs` free segments, now claimed by `writer`, and their add counts (`Claims.claim`)."""
-        with self._lock:
-            segments = self._claims.claim(num_envs, writer)
-            return segments, [int(self._segments[s].storage.added) for s in segments]
-
-    def renew(self, writers: dict[str, list[int]]) -> list[str]:
-        """Extends the leases of `writers`' claims (their process's heartbeat); returns those that lost theirs.
-
-        `writers`: each writer's segments, claimed again if nobody holds them (after a restart).
-        """
-        with self._lock:
-            return self._claims.renew(writers)
-
-    def release(self, writer: str, how: str = "closed") -> None:
-        """Frees the segments `writer` claimed (`how` its claim ended, for `writer_report`)."""
-        with self._lock:
-            self._claims.release(writer, how)
-
-    def claims(self) -> dict[int, str]:
-        """Which writer claimed each claimed segment."""
-        with self._lock:
-            return self._claims.holders()
-
-    def writer_report(self) -> dict[str, Any]:
-        """The claims held now, and how many writers gave theirs up each way (`RayReplayBuffer.writer_report`)."""
-        with self._lock:
-            return self._claims.report()
-
-    def adopt(self, writer: str, segments: list[int], batches: list[list[np.ndarray]], first: np.ndarray) -> int:
-        """A writer dropped without `close()`: its adds not known to be stored, stored, then its segments freed.
-
-        `batches`: its call in flight's and the adds after it, `first` the first one's add numbers: what the
-        segments hold already (the call in flight stored it) is skipped (`add`'s `expected`). Returns how
-        many batches went through; those that could not (a closed buffer) are counted in `writer_report`'s
-        `lost_adds`.
-        """
-        stored = 0
-        try:
-            for index, leaves in enumerate(batches):
-                self.add(segments, leaves, None, writer, first + index)
-                stored += 1
-        except Exception:  # noqa: BLE001 - nobody is left to tell but the report
-            with self._lock:
-                self._claims.ended["lost_adds"] += len(batches) - stored
-        finally:
-            self.release(writer, "dropped")
-        return stored
 
     # Adds and samples.
 
@@ -177,12 +139,14 @@ class RayHost:
         timeout: float | None,
         writer: str | None = None,
         expected: np.ndarray | None = None,
+        resend: bool = False,
     ) -> np.ndarray:
         """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids.
 
-        `writer`: the `RayWriter` adding, which must hold `segments`. `expected`: on a writer's retry after
-        the actor restarted, each frame's add number in its segment: a frame its segment already holds
-        (stored before the process died) is not stored twice.
+        `writer`: the `RayWriter` adding, which must hold `segments`. `expected`: each frame's add number in
+        its segment as the writer counts them. On a `resend` (the writer's retry after the actor restarted),
+        a frame its segment already holds (stored before the process died) is not stored twice; after a
+        restart from a checkpoint, the frames it counts past the segment's are counted lost.
         """
         count = len(segments)
         items = self._pack(leaves)
@@ -201,13 +165,21 @@ class RayHost:
             ids = np.empty(count, np.int64)
             stored = 0
             for i, s in enumerate(segments):
-                if expected is not None and int(self._segments[s].storage.added) > int(expected[i]):
+                added = int(self._segments[s].storage.added)
+                if expected is not None and self._checkpoints is not None:
+                    self._checkpoints.told(s, added, int(expected[i]))
+                if resend and expected is not None and added > int(expected[i]):
                     ids[i] = int(expected[i]) * len(self._segments) + s  # stored before the restart
                     continue
                 frame = self._pack([leaf[i : i + 1] for leaf in checked])
                 ids[i] = int(self._segments[s].add_batch(frame)[0]) * len(self._segments) + s
                 stored += 1
             limiter.inserts += stored
+            self._adds += 1
+            for s in segments:
+                self._written[s] = self._adds
+            if self._checkpoints is not None and self._checkpoints.stored(stored):
+                self._checkpoint()
             self._changed.notify_all()
             return ids
 
@@ -218,15 +190,18 @@ class RayHost:
         timeout: float | None,
         writer: str | None = None,
         first: np.ndarray | None = None,
+        resend: bool = False,
     ) -> np.ndarray:
         """`add` of each batch in turn (a writer's adds sent in one call); returns their ids, `[batches, segments]`.
 
-        `first`: on a retry after a restart, the add numbers of the first batch's frames (`add`'s `expected`).
+        `first`: the add numbers of the first batch's frames as the writer counts them (`add`'s `expected`);
+        `resend`: the writer's retry after a restart.
         """
         ids = []
         for index, leaves in enumerate(batches):
             try:
-                ids.append(self.add(segments, leaves, timeout, writer, None if first is None else first + index))
+                expected = None if first is None else first + index
+                ids.append(self.add(segments, leaves, timeout, writer, expected, resend))
             except Exception as error:  # said with how many were stored: nothing is dropped unsaid
                 stored = f"{len(ids)} of the {len(batches)} adds this writer sent in one call were stored, the rest not"
                 raise type(error)(f"{error} ({stored})") from None
@@ -265,27 +240,15 @@ class RayHost:
         """Sets priorities by global id (`RayReplayBuffer.update_priorities`); returns how many were skipped."""
         with self._lock:
             self._check_open()
-            total = len(self._segments)
             adds = [int(segment.storage.added) for segment in self._segments]
-            next_id = max(adds) * total
-            ids, priorities = prioritized.check_update(ids, priorities, next_id)
-            segment_of, local = ids % total, ids // total
-            for s, added in enumerate(adds):  # every id checked before any is set
-                mine = local[segment_of == s]
-                if mine.size and mine.max() >= added:
-                    bad = int(np.flatnonzero((segment_of == s) & (local >= added))[0])
-                    raise ValueError(
-                        prioritized.NEVER_STORED.format(
-                            next_id=f"{added * total + s} in segment {s}",
-                            value=ids[bad],
-                            index=bad,
-                        )
-                    )
-            skipped = 0
-            for s in np.unique(segment_of):
-                mine = segment_of == s
-                skipped += int(self._segments[s].update_priorities(local[mine], priorities[mine]))
+            ids, priorities = checked_update(ids, priorities, adds)
+            total, skipped = len(self._segments), 0
+            for s in np.unique(ids % total):
+                mine = ids % total == s
+                skipped += int(self._segments[s].update_priorities(ids[mine] // total, priorities[mine]))
             self._share_largest()
+            if self._checkpoints is not None:
+                self._checkpoints.changed = True
             return skipped
 
     def _share_largest(self) -> None:
@@ -346,6 +309,8 @@ class RayHost:
             for segment in self._segments:
                 segment.clear()
             self._limiter.clear()
+            if self._checkpoints is not None:
+                self._checkpoints.changed = True
             self._changed.notify_all()
 
     def flush(self) -> None:
@@ -362,16 +327,33 @@ class RayHost:
         """
         with self._lock:
             self._check_open()
-            directory = pathlib.Path(path)
-            directory.mkdir(parents=True, exist_ok=True)
-            for s, segment in enumerate(self._segments):
-                segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
-            write_manifest(directory, self._config, sampler)
-            return str(directory)
+            save_segments(self._segments, pathlib.Path(path), self._config, sampler)
+            return path
+
+    def checkpoint(self) -> str:
+        """Writes a checkpoint under `checkpoint_dir` now (`RayReplayBuffer.checkpoint`); returns its path."""
+        with self._lock:
+            self._check_open()
+            if self._checkpoints is None:
+                raise ValueError(f"{self._label}: checkpoint: the buffer was made without checkpoint_dir=")
+            return self._checkpoint()
+
+    def _checkpoint(self) -> str:
+        assert self._checkpoints is not None  # noqa: S101 - called only with checkpoints
+        record = self._config["sampler_record"]
+        save = lambda path: save_segments(self._segments, path, self._config, record)  # noqa: E731
+        return str(self._checkpoints.write(save, (self._limiter.inserts, self._limiter.samples)))
+
+    def checkpoint_report(self) -> dict[str, Any] | None:
+        """The checkpoints written and what a restart lost (`RayReplayBuffer.checkpoint_report`); None without."""
+        with self._lock:
+            return None if self._checkpoints is None else self._checkpoints.report()
 
     def close(self) -> None:
         """Closes every segment (a memory-mapped one flushes first); later calls raise."""
         with self._lock:
+            if self._checkpoints is not None:
+                self._checkpoints.stop()
             if not self._closed:
                 self._closed = True
                 for segment in self._segments:
@@ -381,6 +363,28 @@ class RayHost:
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"{self._label}: the buffer is closed")
+
+
+def save_segments(segments: list[Any], directory: pathlib.Path, config: dict[str, Any], sampler: str) -> None:
+    """Each segment's file under `directory`, and the manifest (`sampler` as `write_manifest` records it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for s, segment in enumerate(segments):
+        segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
+    write_manifest(directory, config, sampler)
+
+
+def checked_update(ids: Any, priorities: Any, adds: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """`update_priorities`' arguments checked, every id before any is set: each segment (of `adds` adds) stored it."""
+    total = len(adds)
+    ids, priorities = prioritized.check_update(ids, priorities, max(adds) * total)
+    segment_of, local = ids % total, ids // total
+    for s, added in enumerate(adds):
+        mine = local[segment_of == s]
+        if mine.size and mine.max() >= added:
+            bad = int(np.flatnonzero((segment_of == s) & (local >= added))[0])
+            next_id = f"{added * total + s} in segment {s}"
+            raise ValueError(prioritized.NEVER_STORED.format(next_id=next_id, value=ids[bad], index=bad))
+    return ids, priorities
 
 
 def limiter_counts(directory: str | None, size: int, source: list[str] | None) -> np.ndarray:

@@ -1,9 +1,16 @@
-"""`Claims`: which writer holds which segment of a Ray-hosted buffer, on a lease, and how the claims ended."""
+"""`Claims`: which writer holds which segment of a Ray-hosted buffer, on a lease, and how the claims ended.
+
+`WriterCalls`: the actor's calls that writers make about their claims.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 NOT_ENOUGH_SEGMENTS = (
     "num_envs: expected at most the {free} free segment(s) of the buffer's {total} (claimed: {claimed}), got {received}"
@@ -33,10 +40,16 @@ class Claims:
         self._released: set[str] = set()  # writers that gave their segments up: a late renewal takes none back
         self.ended = {"closed": 0, "dropped": 0, "lost_adds": 0}
 
-    def claim(self, num_envs: int, writer: str) -> list[int]:
-        """`num_envs` free segments, now `writer`'s (the lowest first); raises if fewer are free."""
+    def claim(self, num_envs: int, writer: str, order: list[int] | None = None) -> list[int]:
+        """`num_envs` free segments, now `writer`'s; raises if fewer are free.
+
+        `order`: every segment, those to take first first (`RayHost` puts the ones written longest ago,
+        never-written ones before them, so a new writer's ring overwrites the oldest frames, not the
+        frames a writer that just closed left); default: the lowest first.
+        """
         self.expire()
-        free = [s for s in range(self._segments) if s not in self._holder]
+        order = list(range(self._segments)) if order is None else order
+        free = [s for s in order if s not in self._holder]
         if num_envs > len(free):
             claimed = sorted(set(self._holder.values()))
             raise ValueError(
@@ -44,10 +57,11 @@ class Claims:
                     free=len(free), total=self._segments, claimed=claimed or "none", received=num_envs
                 )
             )
-        for s in free[:num_envs]:
+        taken = sorted(free[:num_envs])
+        for s in taken:
             self._holder[s] = writer
         self._renew([writer])
-        return free[:num_envs]
+        return taken
 
     def _renew(self, writers: list[str]) -> None:
         if self._lease is not None:
@@ -110,3 +124,69 @@ class Claims:
     def report(self) -> dict[str, Any]:
         """The claims now, and how many ended each way (`RayReplayBuffer.writer_report`)."""
         return {"claims": self.holders(), **self.ended, "expired": len(self._expired)}
+
+
+class WriterCalls:
+    """The actor's calls a `RayWriter` makes about its claim: a base of `RayHost`, which holds what they read.
+
+    Each runs under the actor's lock.
+    """
+
+    _lock: threading.Lock
+    _claims: Claims
+    _segments: list[Any]
+    _written: list[int]  # the actor's add count at each segment's latest add (-1: none yet)
+    add: Callable[..., np.ndarray]
+
+    def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
+        """`num_envs` free segments, now claimed by `writer`, and their add counts (`Claims.claim`)."""
+        with self._lock:
+            # The free segments written longest ago first (never written, then the emptiest, first): FIFO over
+            # segments, so a writer joining after another left overwrites the oldest frames, not its.
+            frames = [int(segment.num_frames()) for segment in self._segments]
+            order = sorted(range(len(self._segments)), key=lambda s: (self._written[s], frames[s], s))
+            segments = self._claims.claim(num_envs, writer, order)
+            return segments, [int(self._segments[s].storage.added) for s in segments]
+
+    def renew(self, writers: dict[str, list[int]]) -> list[str]:
+        """Extends the leases of `writers`' claims (their process's heartbeat); returns those that lost theirs.
+
+        `writers`: each writer's segments, claimed again if nobody holds them (after a restart).
+        """
+        with self._lock:
+            return self._claims.renew(writers)
+
+    def release(self, writer: str, how: str = "closed") -> None:
+        """Frees the segments `writer` claimed (`how` its claim ended, for `writer_report`)."""
+        with self._lock:
+            self._claims.release(writer, how)
+
+    def claims(self) -> dict[int, str]:
+        """Which writer claimed each claimed segment."""
+        with self._lock:
+            return self._claims.holders()
+
+    def writer_report(self) -> dict[str, Any]:
+        """The claims held now, and how many writers gave theirs up each way (`RayReplayBuffer.writer_report`)."""
+        with self._lock:
+            return self._claims.report()
+
+    def adopt(self, writer: str, segments: list[int], batches: list[list[np.ndarray]], first: np.ndarray) -> int:
+        """A writer dropped without `close()`: its adds not known to be stored, stored, then its segments freed.
+
+        `batches`: its call in flight's and the adds after it, `first` the first one's add numbers: what the
+        segments hold already (the call in flight stored it) is skipped (`add`'s `resend`). Returns how
+        many batches went through; those that could not (a closed buffer) are counted in `writer_report`'s
+        `lost_adds`.
+        """
+        stored = 0
+        try:
+            for index, leaves in enumerate(batches):
+                self.add(segments, leaves, None, writer, first + index, resend=True)
+                stored += 1
+        except Exception:  # noqa: BLE001 - nobody is left to tell but the report
+            with self._lock:
+                self._claims.ended["lost_adds"] += len(batches) - stored
+        finally:
+            self.release(writer, "dropped")
+        return stored

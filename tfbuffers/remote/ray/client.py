@@ -105,6 +105,9 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         writer_lease: float | None = WRITER_LEASE,
         max_restarts: int = 0,
         actor_options: dict[str, Any] | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_frames: int | None = None,
+        checkpoint_seconds: float | None = None,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -143,12 +146,24 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             buffer as it was then (prioritized: from the priorities of then, so fewer are fetched).
           writer_lease: Seconds a writer's claim lasts without a renewal (its process renews it while it
             lives): a writer whose process died gives its segments up within that; None: never.
-          max_restarts: With `directory=`: how many times Ray restarts the actor when its process dies
-            (-1: without end). The restarted actor reopens the directory (every add that returned, and the
-            rate limiter's counts); calls wait for it (`RESTART_SECONDS`) and run again, writers resend what
-            was in flight, datasets fetch on. The buffer's own `add_batch` in flight then raises.
+          max_restarts: With `directory=` or `checkpoint_dir=`: how many times Ray restarts the actor when
+            its process dies (-1: without end). The restarted actor reopens the directory (every add that
+            returned, and the rate limiter's counts) or loads its last checkpoint; calls wait for it
+            (`RESTART_SECONDS`) and run again, writers resend what was in flight, datasets fetch on. The
+            buffer's own `add_batch` in flight then raises.
           actor_options: Ray's options for the actor, to place it: `resources`, `scheduling_strategy`
             (a node of its own, with the memory), `runtime_env`, ...
+          checkpoint_dir: A buffer in RAM (no `directory=`) writes a checkpoint under this directory (new
+            or empty, on the actor's machine) every `checkpoint_frames` frames stored or `checkpoint_seconds`
+            (default `CHECKPOINT_SECONDS`, 60, when neither is given; only when anything changed), and on
+            `checkpoint()`: what `save` writes, with the rate limiter's counts, in `checkpoint-NNNNNNNN`,
+            named by the file `LATEST`; the one before is deleted. An actor that Ray restarts
+            (`max_restarts=`) loads the last one: the frames stored after it are lost, and counted
+            (`checkpoint_report()["lost_frames"]`) as each writer's next add reaches its segments.
+            `RayReplayBuffer.load(checkpoint_dir)` loads the last one in a new actor. Adds wait while
+            a checkpoint is written (the actor's lock).
+          checkpoint_frames: Frames stored between checkpoints; None: by time only.
+          checkpoint_seconds: Seconds between checkpoints; None: by frames only.
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -172,6 +187,9 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             writer_lease=writer_lease,
             max_restarts=max_restarts,
             actor_options=actor_options,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_frames=checkpoint_frames,
+            checkpoint_seconds=checkpoint_seconds,
         )
         timeout = check_timeout(timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)

@@ -14,6 +14,7 @@ from typing import Any
 from tfbuffers import prioritized, specs
 from tfbuffers import state as state_lib
 from tfbuffers.remote.options import check_ratio, check_sampler, sampler_record
+from tfbuffers.remote.ray.checkpoints import CHECKPOINT_SECONDS
 from tfbuffers.remote.ray.cluster import NAMESPACE
 from tfbuffers.remote.ray.manifest import Source
 from tfbuffers.replay_buffer import optional_positive_int
@@ -54,6 +55,9 @@ def actor_config(
     writer_lease: float | None = None,
     max_restarts: int = 0,
     actor_options: dict[str, Any] | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_frames: int | None = None,
+    checkpoint_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
 
@@ -86,10 +90,38 @@ def actor_config(
                 f"actor_options: expected Ray's placement options (resources, scheduling_strategy, ...), got "
                 f"{taken}, which the buffer sets itself (name=, max_restarts=)"
             )
-    if max_restarts and directory is None:
+    checkpoint_frames = optional_positive_int("checkpoint_frames", checkpoint_frames)
+    if checkpoint_seconds is not None and (
+        isinstance(checkpoint_seconds, bool)
+        or not isinstance(checkpoint_seconds, int | float)
+        or not checkpoint_seconds > 0
+    ):
+        raise ValueError(f"checkpoint_seconds: expected a number of seconds > 0 or None, got {checkpoint_seconds!r}")
+    if checkpoint_dir is None and (checkpoint_frames is not None or checkpoint_seconds is not None):
         raise ValueError(
-            f"max_restarts: expected 0 without directory= (a restarted actor reopens its directory, which holds "
-            f"every add that returned), got {max_restarts}"
+            f"checkpoint_dir: expected a directory with checkpoint_frames={checkpoint_frames} and "
+            f"checkpoint_seconds={checkpoint_seconds}, got None"
+        )
+    if checkpoint_dir is not None:
+        if directory is not None:
+            raise ValueError(
+                f"checkpoint_dir: expected None with directory= (memory-mapped segments keep every add that "
+                f"returned: nothing to checkpoint), got {str(checkpoint_dir)!r}"
+            )
+        checkpoint_dir = pathlib.Path(checkpoint_dir).absolute()
+        if checkpoint_dir.exists() and any(checkpoint_dir.iterdir()):
+            raise ValueError(
+                f"checkpoint_dir: expected a new or empty directory, got {str(checkpoint_dir)!r}, which holds files "
+                f"(RayReplayBuffer.load(checkpoint_dir / (checkpoint_dir / 'LATEST').read_text()) loads its last "
+                f"checkpoint)"
+            )
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if checkpoint_frames is None and checkpoint_seconds is None:
+            checkpoint_seconds = CHECKPOINT_SECONDS
+    if max_restarts and directory is None and checkpoint_dir is None:
+        raise ValueError(
+            f"max_restarts: expected 0 without directory= or checkpoint_dir= (a restarted actor reopens its "
+            f"directory, which holds every add that returned, or loads its last checkpoint), got {max_restarts}"
         )
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
@@ -107,9 +139,9 @@ def actor_config(
     # The manifest records the sampler: by name, or a factory by its import path, found here in the driver (a
     # factory pickled to the actor or to another driver is a copy). None: not recordable, so no directory= or save.
     try:
-        record = sampler_record(sampler, "directory=")
+        record = sampler_record(sampler, "directory=" if checkpoint_dir is None else "checkpoint_dir=")
     except ValueError:
-        if path is not None:
+        if path is not None or checkpoint_dir is not None:
             raise
         record = None
     # The segments' options checked by a buffer of one frame in RAM: refused before an actor starts.
@@ -138,6 +170,9 @@ def actor_config(
         "writer_lease": writer_lease,
         "max_restarts": max_restarts,
         "actor_options": dict(actor_options or {}),
+        "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
+        "checkpoint_frames": checkpoint_frames,
+        "checkpoint_seconds": checkpoint_seconds,
         "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
         "source": None if source is None else [source.kind, str(source.path)],
     }

@@ -12,6 +12,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from tfbuffers.remote.options import sampler_record
+from tfbuffers.remote.ray import checkpoints
 from tfbuffers.remote.ray.manifest import Source, read_manifest
 from tfbuffers.remote.ray.writer import RayWriter
 from tfbuffers.replay_buffer import positive_int
@@ -36,6 +37,8 @@ class RayHosting:
     def load(cls, path: str | os.PathLike, **overrides: Any) -> Any:
         """A new buffer holding what `save(path)` wrote: its configuration and every segment's frames.
 
+        `path` may also be a buffer's `checkpoint_dir`: its last checkpoint is loaded.
+
         `overrides` go to the constructor (`directory=`, `name=`, `seed=`, `timeout=`, ...). The actor
         reads the files: `path` is on its machine.
 
@@ -44,8 +47,11 @@ class RayHosting:
           ValueError: If a file is damaged or of another format (see `tfbuffers.files`).
         """
         path = pathlib.Path(path).absolute()
+        path = checkpoints.latest(path) or path  # a checkpoint_dir: its last checkpoint
         spec, arguments = read_manifest(path)
         directory = overrides.pop("directory", None)
+        if directory is None and overrides.get("checkpoint_dir") is None:
+            arguments.pop("max_restarts", None)  # restarts need one of them: the saved buffer's are not carried
         mapped = None if directory is None else pathlib.Path(directory).absolute()
         return cls(spec, **{**arguments, **overrides, "directory": Source("load", path, mapped)})  # type: ignore[call-arg]
 
@@ -63,6 +69,24 @@ class RayHosting:
         directory = pathlib.Path(directory).absolute()
         spec, arguments = read_manifest(directory)
         return cls(spec, **{**arguments, **overrides, "directory": Source("open", directory, directory)})  # type: ignore[call-arg]
+
+    def checkpoint(self) -> pathlib.Path:
+        """Writes a checkpoint under the buffer's `checkpoint_dir` now; returns its directory.
+
+        Raises:
+          ValueError: If the buffer was made without `checkpoint_dir=`.
+        """
+        return pathlib.Path(self._remote("checkpoint"))
+
+    def checkpoint_report(self) -> dict[str, Any] | None:
+        """The checkpoints of a buffer made with `checkpoint_dir=` (None without one).
+
+        `latest` (its path), `checkpoints` (how many were written), `frames_since` (stored since the
+        latest), `restored_from` (the checkpoint a restarted actor loaded), `lost_frames` (the frames
+        stored after it that the restart lost, as the writers' next adds told), `error` (the last timed
+        checkpoint's failure, retried at the next tick).
+        """
+        return self._remote("checkpoint_report")
 
     def flush(self) -> None:
         """Writes every memory-mapped segment back to the disk (`msync`); nothing to do in RAM."""
@@ -82,7 +106,10 @@ class RayHosting:
     def writer(self, num_envs: int) -> RayWriter:
         """Claims `num_envs` free segments for this process: a `RayWriter` adds to them alone.
 
-        Claims whose lease ran out (`writer_lease`: their process died) are freed first.
+        Claims whose lease ran out (`writer_lease`: their process died) are freed first. The free segments
+        written longest ago are taken first (never-written ones, the emptiest, before them): a writer that
+        joins after another left overwrites the oldest frames, not those the last one wrote. The writer's
+        `segments` are in ascending order: environment `i` adds to `segments[i]`.
 
         Raises:
           ValueError: If fewer segments are free, naming how many are and who holds the others.

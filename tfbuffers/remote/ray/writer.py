@@ -110,16 +110,23 @@ class Claim:
             batches, self.pending = self.pending, []
             self.in_flight_batches, self.in_flight_first = batches, self.adds - len(batches)
             self.in_flight_count = len(batches)
-            self.in_flight = self._submit(batches, None)
+            self.in_flight = self._submit(batches, self.in_flight_first, resend=False)
 
     def resend(self) -> None:
         """Sends the call in flight again, to the restarted actor: what it stored before it died is skipped."""
-        self.in_flight = self._submit(self.in_flight_batches, self.in_flight_first)
+        self.in_flight = self._submit(self.in_flight_batches, self.in_flight_first, resend=True)
 
-    def _submit(self, batches: list[list[np.ndarray]], first: np.ndarray | None) -> Any:
+    def _submit(self, batches: list[list[np.ndarray]], first: np.ndarray | None, resend: bool) -> Any:
         return self.actor.add_many.options(concurrency_group=WRITES).remote(
-            self.segments, batches, None, self.token, first
+            self.segments, batches, None, self.token, first, resend
         )
+
+    def stored(self, ids: np.ndarray, total: int) -> None:
+        """The call in flight returned `ids`: the add numbers count on from the actor's.
+
+        A restart from a checkpoint, or a `clear()`, numbers anew.
+        """
+        self.adds = np.asarray(ids)[-1] // total + 1 + len(self.pending)
 
     def abandon(self) -> None:
         """The writer was dropped without `close()`: the actor stores its adds after the call in flight, then releases.
@@ -251,8 +258,10 @@ class RayWriter:
     had not sent (at most `max_pending` and the call in flight); the other writers and the
     samplers go on.
 
-    The ids `add_batch` returns are counted here from the segments' adds when they were claimed
-    (`add_number * batch_size + segment`): a `clear()` of the buffer meanwhile numbers anew.
+    The ids `add_batch` returns are counted here (`add_number * batch_size + segment`) from the
+    segments' adds when they were claimed, and again from the actor's each time a call returns: the
+    adds made while the buffer was cleared, or restarted from a checkpoint (`checkpoint_dir=`), may
+    return ids the actor gives other frames.
     """
 
     def __init__(
@@ -326,7 +335,7 @@ class RayWriter:
             if not ray.wait([claim.in_flight], timeout=timeout)[0]:
                 return False
             try:
-                ray.get(claim.in_flight)
+                claim.stored(ray.get(claim.in_flight), self._buffer.batch_size)
             except ray.exceptions.RayTaskError as error:  # the actor refused them: said with how many it stored
                 claim.in_flight, claim.in_flight_count = None, 0
                 lost = f"the {len(claim.pending)} add(s) made after them"

@@ -76,8 +76,11 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
     an episode's items are in the table when it ends. Other specs have no
     episodes: windows run across everything an environment adds. `flush()` sends
     every item made so far, and so does `close()` (waiting up to
-    `CLOSE_FLUSH_SECONDS` for the server; a process killed before either loses
-    the items of its unfinished episodes, never those already in the table).
+    `CLOSE_FLUSH_SECONDS` for the server), or the buffer's finalizer when it is
+    dropped without `close()` or alive when its process exits. A process killed
+    before any of them loses the items not yet sent (items go out as they are
+    made, up to `MAX_PENDING_ITEMS` unconfirmed) and its unfinished episodes',
+    never those already in the table.
 
     Differences from the local buffers, all because Reverb stores items, not a ring:
 
@@ -229,6 +232,11 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
             step_type_index=paths.index("step_type") if hasattr(self._data_spec, "step_type") else None,
             check_open=weak_method(self._check_open),  # held weakly: dropping the buffer stops its server
         )
+        # A buffer dropped without close() (or alive at exit) sends its writers' items first, as close() does:
+        # a Reverb writer destroyed unflushed drops them.
+        if self._server is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _dropped, self._writers, address, self._server)
 
     @property
     def batch_size(self) -> int:
@@ -370,10 +378,17 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         return np.int64(0)
 
     def _close(self) -> None:
-        self._writers.close(self._address)
-        if self._server is not None:
-            self._finalizer()  # stops the server once
-            self._server = None
+        self._finalizer()  # sends the writers' items, then stops an embedded server; once
+        self._server = None
+
+
+def _dropped(writers: EnvironmentWriters, address: str, server: Any) -> None:
+    """Closes `writers` (their items sent, or a warning naming `address`), then stops `server` if any."""
+    try:
+        writers.close(address)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def _window(leaf: np.ndarray, num_steps: int | None) -> np.ndarray:
