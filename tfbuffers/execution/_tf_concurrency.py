@@ -33,18 +33,21 @@ gather, then read `writers`, the counter and `generation` again. What they
 gathered is whole iff the generation is unchanged and even, and every add it read is at
 least `added' + writers' - max_length`, i.e. no write that began before the
 gather ended overwrote it. Otherwise they read again until at least `READ_ATTEMPTS`
-reads and `READ_WAIT_SECONDS` (by `tf.timestamp`) have passed, then fail with
-`READ_BUSY`: no read waits without bound. Both bounds, not either: a thousand
-attempts take milliseconds, and a reader descheduled on a loaded machine while
-a writer keeps overwriting a small ring could spend them all on torn reads.
+reads and `READ_WAIT_SECONDS` (by `tf.timestamp`, read only when a read is
+retried) have passed, then fail with `READ_BUSY`: no read waits without bound.
+Both bounds, not either: a thousand attempts in a graph loop take milliseconds,
+and a reader descheduled on a loaded machine while a writer keeps overwriting a
+small ring could spend them all on torn reads. With op determinism enabled
+(`tf.config.experimental.enable_op_determinism`, where `tf.timestamp` fails)
+the bound is `READ_ATTEMPTS` alone.
 
 A dataset's reads are not retried in place: a retry loop (`tf.while_loop`) in a
 dataset's function costs about as much as the sample itself, torn or not. Each
 element is one attempt (`checked_read`) that says whether it is whole; a torn one
 is dropped (`Dataset.filter`) and the next element drawn instead, which is the
 same as reading again. `count_torn` keeps the bound: `READ_ATTEMPTS` torn reads
-in a row (counted over every dataset of the buffer) over at least
-`READ_WAIT_SECONDS` fail with `READ_BUSY`.
+in a row (counted over every dataset of the buffer) fail with `READ_BUSY`; each
+is a whole dataset element, so a thousand take far longer than a graph loop's.
 """
 
 from __future__ import annotations
@@ -72,8 +75,19 @@ READ_BUSY = (
     "{buffer}: no whole read in {attempts} attempts and {seconds:g} s: writes kept overwriting the frames being read; "
     "sample fewer frames per call or write less often"
 )
+READ_BUSY_DATASET = (
+    "{buffer}: no whole read in {attempts} dataset elements in a row: writes kept overwriting the frames being read; "
+    "sample fewer frames per call or write less often"
+)
 
 _NO_LIMIT = 2**62  # ResourceCountUpTo's limit: never reached, so it never fails
+
+
+def op_determinism() -> bool:
+    """Whether `tf.config.experimental.enable_op_determinism` is on (stateful clock ops then fail)."""
+    from tensorflow.python.framework import config  # noqa: PLC0415 - TF exports no reader of the setting
+
+    return bool(getattr(config, "is_op_determinism_enabled", lambda: False)())
 
 
 class Concurrency:
@@ -90,7 +104,6 @@ class Concurrency:
         self.writers = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="writers")
         self.generation = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="generation")
         self.torn = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="torn_reads_in_a_row")
-        self.torn_since = tf.Variable(tf.constant(0.0, tf.float64), trainable=False, name="first_torn_read_time")
 
     def writing(self) -> tf.Tensor:
         """How many writers hold or are trying the lock (0 at rest)."""
@@ -182,20 +195,16 @@ class Concurrency:
         return tf.logical_and(unchanged, oldest >= now + writing - max_length), tensors
 
     def count_torn(self, whole: tf.Tensor) -> tf.Tensor:
-        """`whole`, once the count of torn reads in a row is updated.
+        """`whole`, once the count of torn reads in a row is updated: `READ_BUSY` at `READ_ATTEMPTS` of them.
 
-        `READ_BUSY` at `READ_ATTEMPTS` of them over at least `READ_WAIT_SECONDS`.
         For reads that drop a torn attempt instead of reading again (a dataset's elements).
         Concurrent readers share the count: any whole read resets it.
         """
         torn = tf.where(whole, tf.constant(0, tf.int64), self.torn.read_value() + 1)
-        now = tf.timestamp()
-        since = tf.where(torn > 1, self.torn_since.read_value(), now)
-        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS, seconds=READ_WAIT_SECONDS)
-        patient = tf.logical_or(torn < READ_ATTEMPTS, now - since < READ_WAIT_SECONDS)
-        with tf.control_dependencies([tf.debugging.Assert(patient, [busy])]):
-            counted = [self.torn.assign(torn, read_value=False), self.torn_since.assign(since, read_value=False)]
-        with tf.control_dependencies(counted):
+        busy = READ_BUSY_DATASET.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS)
+        with tf.control_dependencies([tf.debugging.Assert(torn < READ_ATTEMPTS, [busy])]):
+            counted = self.torn.assign(torn, read_value=False)
+        with tf.control_dependencies([counted]):
             return tf.identity(whole)
 
     def read_whole(
@@ -206,13 +215,17 @@ class Concurrency:
         At most until `READ_ATTEMPTS` reads and `READ_WAIT_SECONDS` have both passed.
         """
         whole, tensors = self.checked_read(read, added, max_length)
-        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS, seconds=READ_WAIT_SECONDS)
+        clock = not op_determinism()  # tf.timestamp fails under op determinism: then attempts alone
+        seconds = READ_WAIT_SECONDS if clock else 0.0
+        busy = READ_BUSY.format(buffer=self._buffer_name, attempts=READ_ATTEMPTS, seconds=seconds)
 
         def retry(attempt: tf.Tensor, since: tf.Tensor, whole: tf.Tensor, tensors: list[tf.Tensor]) -> tuple[Any, ...]:
             # Checked only on a retry, which is rare: a read that needs none runs no assertion nor clock.
-            now = tf.timestamp()
-            since = tf.where(attempt == 1, now, since)
-            patient = tf.logical_or(attempt < READ_ATTEMPTS, now - since < READ_WAIT_SECONDS)
+            patient = attempt < READ_ATTEMPTS
+            if clock:
+                now = tf.timestamp()
+                since = tf.where(attempt == 1, now, since)
+                patient = tf.logical_or(patient, now - since < READ_WAIT_SECONDS)
             with tf.control_dependencies([tf.debugging.Assert(patient, [busy])]):
                 whole, tensors = self.checked_read(read, added, max_length)
             return attempt + 1, since, whole, tensors

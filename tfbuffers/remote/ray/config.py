@@ -112,8 +112,7 @@ def actor_config(
         if checkpoint_dir.exists() and any(checkpoint_dir.iterdir()):
             raise ValueError(
                 f"checkpoint_dir: expected a new or empty directory, got {str(checkpoint_dir)!r}, which holds files "
-                f"(RayReplayBuffer.load(checkpoint_dir / (checkpoint_dir / 'LATEST').read_text()) loads its last "
-                f"checkpoint)"
+                f"(RayReplayBuffer.load(checkpoint_dir) loads its last checkpoint)"
             )
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if checkpoint_frames is None and checkpoint_seconds is None:
