@@ -653,6 +653,23 @@ def test_a_buffer_in_ram_restarts_from_its_last_checkpoint_and_counts_the_frames
     report = buffer.checkpoint_report()
     assert report["restored_from"] == str(root / "checkpoint-00000002") and report["lost_frames"] == 5
     assert report["checkpoints"] == 2 and report["frames_since"] == 6
+    # A checkpoint that cannot be written (its directory gone, a file in its place) fails no add: the frames are
+    # stored, the failure reported, and the next checkpoint written once the directory is back.
+    root.rename(tmp_path / "aside")
+    root.write_text("not a directory")
+    for t in range(31, 36):
+        buffer.add_batch(batch([t, 1000 + t], 2))  # 6 + 4 frames: due at the second add, which fails; 6 more
+    assert int(buffer.num_frames()) == 26 + 10
+    report = buffer.checkpoint_report()
+    assert report["error"].startswith(("NotADirectoryError", "FileExistsError")) and str(root) in report["error"]
+    assert report["checkpoints"] == 2 and report["latest"] == str(root / "checkpoint-00000002")
+    root.unlink()
+    (tmp_path / "aside").rename(root)
+    for t in range(36, 41):
+        buffer.add_batch(batch([t, 1000 + t], 2))  # 6 + 4 frames since the failure: written at the second add
+    report = buffer.checkpoint_report()
+    assert report["error"] is None and report["checkpoints"] == 3 and report["frames_since"] == 6
+    assert sorted(path.name for path in root.iterdir()) == ["LATEST", "checkpoint-00000003"]
     buffer.close()
 
 
@@ -689,7 +706,7 @@ def test_checkpoints_every_few_seconds_only_when_something_changed_and_load_the_
         RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_frames=5)
     with pytest.raises(ValueError, match=r"^checkpoint_seconds: expected a number of seconds > 0 or None, got 0"):
         RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_dir=tmp_path / "c", checkpoint_seconds=0)
-    with pytest.raises(ValueError, match=r"checkpoint: the buffer was made without checkpoint_dir="):
+    with pytest.raises(ValueError, match=r"checkpoint: expected a buffer made with checkpoint_dir=, got one without"):
         RayReplayBuffer(SPEC, batch_size=2, max_length=4).checkpoint()
 
 

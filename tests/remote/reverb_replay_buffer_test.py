@@ -300,10 +300,12 @@ def test_close_or_a_drop_sends_the_items_written_since_the_last_flush(end):
         buffer = ReverbReplayBuffer(SPEC, sequence_length=2, address=address)
         for t in range(5):
             buffer.add_batch(frames([t]))
+        writers = buffer._writers
         if end == "close":
             buffer.close()
         else:
-            del buffer
+            del buffer  # its finalizer flushed and closed every writer (the items may have been sent already)
+        assert writers.writers == []
         with ReverbReplayBuffer(SPEC, sequence_length=2, address=address) as reader:
             assert int(reader.num_frames()) == 4
             windows, _ = drawn_windows(reader)

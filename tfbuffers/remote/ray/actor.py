@@ -20,7 +20,7 @@ from tfbuffers import prioritized, sampling, specs
 from tfbuffers.remote.ray.checkpoints import LIMITER_FILE, Checkpoints
 from tfbuffers.remote.ray.claims import Claims, WriterCalls
 from tfbuffers.remote.ray.cluster import cause_of, import_ray
-from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, write_manifest
+from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, save_segments, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 from tfbuffers.remote.ray.writer import WRITES
 
@@ -179,7 +179,7 @@ class RayHost(WriterCalls):
             for s in segments:
                 self._written[s] = self._adds
             if self._checkpoints is not None and self._checkpoints.stored(stored):
-                self._checkpoint()
+                self._checkpoints.attempt(self._checkpoint)  # a failure is reported, not raised: the frames are in
             self._changed.notify_all()
             return ids
 
@@ -335,14 +335,15 @@ class RayHost(WriterCalls):
         with self._lock:
             self._check_open()
             if self._checkpoints is None:
-                raise ValueError(f"{self._label}: checkpoint: the buffer was made without checkpoint_dir=")
+                raise ValueError(
+                    f"{self._label}: checkpoint: expected a buffer made with checkpoint_dir=, got one without"
+                )
             return self._checkpoint()
 
     def _checkpoint(self) -> str:
         assert self._checkpoints is not None  # noqa: S101 - called only with checkpoints
-        record = self._config["sampler_record"]
-        save = lambda path: save_segments(self._segments, path, self._config, record)  # noqa: E731
-        return str(self._checkpoints.write(save, (self._limiter.inserts, self._limiter.samples)))
+        counts = (self._limiter.inserts, self._limiter.samples)
+        return str(self._checkpoints.write(self._segments, self._config, counts))
 
     def checkpoint_report(self) -> dict[str, Any] | None:
         """The checkpoints written and what a restart lost (`RayReplayBuffer.checkpoint_report`); None without."""
@@ -363,14 +364,6 @@ class RayHost(WriterCalls):
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"{self._label}: the buffer is closed")
-
-
-def save_segments(segments: list[Any], directory: pathlib.Path, config: dict[str, Any], sampler: str) -> None:
-    """Each segment's file under `directory`, and the manifest (`sampler` as `write_manifest` records it)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for s, segment in enumerate(segments):
-        segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
-    write_manifest(directory, config, sampler)
 
 
 def checked_update(ids: Any, priorities: Any, adds: list[int]) -> tuple[np.ndarray, np.ndarray]:

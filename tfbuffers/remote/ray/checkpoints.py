@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from tfbuffers.remote.ray.manifest import save_segments
+
 LATEST = "LATEST"
 CHECKPOINT = "checkpoint-{:08d}"
 LIMITER_FILE = "rate_limiter.npy"
@@ -44,6 +46,7 @@ class Checkpoints:
         self.frames = frames
         self.seconds = seconds
         self.restored_from = latest(directory)  # a restarted actor's: what it holds
+        self.latest = self.restored_from  # the last checkpoint written (or restored)
         self.number = 0 if self.restored_from is None else int(self.restored_from.name.rsplit("-", 1)[1])
         self.since = 0  # frames stored since the last checkpoint
         self.changed = False  # anything stored, cleared or reprioritized since
@@ -68,21 +71,36 @@ class Checkpoints:
         if self.restored.pop(segment, None) is not None:
             self.lost += max(0, expected - added)
 
-    def write(self, save: Callable[[pathlib.Path], Any], counts: tuple[int, int]) -> pathlib.Path:
-        """A new checkpoint: `save(path)` writes the segments and the manifest, then the limiter's `counts`."""
-        previous = latest(self.directory)
-        self.number += 1
-        path = self.directory / CHECKPOINT.format(self.number)
-        shutil.rmtree(path, ignore_errors=True)  # one half-written before a death
-        save(path)
-        np.save(path / LIMITER_FILE, np.asarray(counts, np.int64))
-        temporary = self.directory / f".{LATEST}.{os.getpid()}"
-        temporary.write_text(path.name)
-        temporary.replace(self.directory / LATEST)
-        if previous is not None and previous != path:
-            shutil.rmtree(previous, ignore_errors=True)
+    def write(self, segments: list[Any], config: dict[str, Any], counts: tuple[int, int]) -> pathlib.Path:
+        """A new checkpoint of `segments` (what `save` writes for `config`) and the limiter's `counts`.
+
+        Raises what writing raised, the half-written checkpoint removed and `LATEST` unchanged.
+        """
+        path = self.directory / CHECKPOINT.format(self.number + 1)
+        try:
+            shutil.rmtree(path, ignore_errors=True)  # one half-written before a death
+            save_segments(segments, path, config, config["sampler_record"])
+            np.save(path / LIMITER_FILE, np.asarray(counts, np.int64))
+            temporary = self.directory / f".{LATEST}.{os.getpid()}"
+            temporary.write_text(path.name)
+            temporary.replace(self.directory / LATEST)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        if self.latest is not None and self.latest != path:
+            shutil.rmtree(self.latest, ignore_errors=True)
+        self.number, self.latest = self.number + 1, path
         self.since, self.changed = 0, False
         return path
+
+    def attempt(self, checkpoint: Callable[[], Any]) -> None:
+        """`checkpoint()`; a failure is kept for `report` and tried again `frames` later (or at the next tick)."""
+        try:
+            checkpoint()
+            self.error = None
+        except Exception as error:  # noqa: BLE001 - said by checkpoint_report
+            self.error = f"{type(error).__name__}: {error}"
+            self.since = 0
 
     def start(self, lock: threading.Lock, checkpoint: Callable[[], Any]) -> None:
         """Runs `checkpoint()` under `lock` every `seconds` while anything changed, until `stop`."""
@@ -92,13 +110,8 @@ class Checkpoints:
         def run() -> None:
             while not self._stop.wait(self.seconds):
                 with lock:
-                    if self._stop.is_set() or not self.changed:
-                        continue
-                    try:
-                        checkpoint()
-                        self.error = None
-                    except Exception as error:  # noqa: BLE001 - said by checkpoint_report, tried again
-                        self.error = f"{type(error).__name__}: {error}"
+                    if not self._stop.is_set() and self.changed:
+                        self.attempt(checkpoint)
 
         threading.Thread(target=run, name="checkpoints", daemon=True).start()
 
@@ -108,9 +121,8 @@ class Checkpoints:
 
     def report(self) -> dict[str, Any]:
         """`RayReplayBuffer.checkpoint_report`: the checkpoints written, the frames since, what a restart lost."""
-        found = latest(self.directory)
         return {
-            "latest": None if found is None else str(found),
+            "latest": None if self.latest is None else str(self.latest),
             "checkpoints": self.number,
             "frames_since": self.since,
             "restored_from": None if self.restored_from is None else str(self.restored_from),

@@ -21,7 +21,7 @@ from tfbuffers.execution import host
 from tfbuffers.remote.base import RemoteReplayBuffer
 from tfbuffers.remote.ray.actor import started_actor
 from tfbuffers.remote.ray.cluster import NAMESPACE, call, ensure_ray, import_ray
-from tfbuffers.remote.ray.config import WRITER_LEASE, actor_config, check_timeout, found_actor
+from tfbuffers.remote.ray.config import WRITER_LEASE, actor_config, found_actor, optional_seconds
 from tfbuffers.remote.ray.hosting import RayHosting
 from tfbuffers.remote.ray.prefetch import PREFETCH_ITEMS, Prefetch, fetch_batches, split_samples
 from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int
@@ -191,7 +191,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             checkpoint_frames=checkpoint_frames,
             checkpoint_seconds=checkpoint_seconds,
         )
-        timeout = check_timeout(timeout)
+        timeout = optional_seconds("timeout", timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         actor = started_actor(ensure_ray(address), config, NAMESPACE)  # a bad spec or option raised here
         self._attach(actor, config, owner=True, timeout=timeout, prefetch_items=prefetch_items)

@@ -75,10 +75,7 @@ def actor_config(
     ratio = check_ratio(min_size_to_sample or 1, samples_per_insert, error_buffer)
     if ratio is not None and min_size_to_sample is None:
         min_size_to_sample = 1
-    if writer_lease is not None and (
-        isinstance(writer_lease, bool) or not isinstance(writer_lease, int | float) or not writer_lease > 0
-    ):
-        raise ValueError(f"writer_lease: expected a number of seconds > 0 or None, got {writer_lease!r}")
+    writer_lease = optional_seconds("writer_lease", writer_lease)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
         raise ValueError(f"max_restarts: expected an int >= -1 (-1: without end), got {max_restarts!r}")
     if actor_options is not None:
@@ -91,12 +88,7 @@ def actor_config(
                 f"{taken}, which the buffer sets itself (name=, max_restarts=)"
             )
     checkpoint_frames = optional_positive_int("checkpoint_frames", checkpoint_frames)
-    if checkpoint_seconds is not None and (
-        isinstance(checkpoint_seconds, bool)
-        or not isinstance(checkpoint_seconds, int | float)
-        or not checkpoint_seconds > 0
-    ):
-        raise ValueError(f"checkpoint_seconds: expected a number of seconds > 0 or None, got {checkpoint_seconds!r}")
+    checkpoint_seconds = optional_seconds("checkpoint_seconds", checkpoint_seconds)
     if checkpoint_dir is None and (checkpoint_frames is not None or checkpoint_seconds is not None):
         raise ValueError(
             f"checkpoint_dir: expected a directory with checkpoint_frames={checkpoint_frames} and "
@@ -177,15 +169,15 @@ def actor_config(
     }
 
 
-def check_timeout(timeout: Any) -> float | None:
-    """`timeout`: seconds > 0, or None (forever).
+def optional_seconds(name: str, value: Any) -> float | None:
+    """`value`, the argument `name`: seconds > 0, or None (forever, never).
 
     Raises:
-      ValueError: Naming it, if it is anything else.
+      ValueError: Naming it, if it is anything else (NaN included).
     """
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-        raise ValueError(f"timeout: expected a number of seconds > 0 or None, got {timeout!r}")
-    return timeout
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+        raise ValueError(f"{name}: expected a number of seconds > 0 or None, got {value!r}")
+    return value
 
 
 def found_actor(ray: Any, name: str, wanted: list[specs.Field] | None) -> tuple[Any, dict[str, Any]]:

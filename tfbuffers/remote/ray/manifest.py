@@ -42,6 +42,14 @@ def write_manifest(directory: pathlib.Path, config: dict[str, Any], sampler: str
     temporary.replace(directory / MANIFEST)
 
 
+def save_segments(segments: list[Any], directory: pathlib.Path, config: dict[str, Any], sampler: str) -> None:
+    """Each segment's file under `directory`, and the manifest (`sampler` as `write_manifest` records it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for s, segment in enumerate(segments):
+        segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
+    write_manifest(directory, config, sampler)
+
+
 def read_manifest(directory: pathlib.Path) -> tuple[Any, dict[str, Any]]:
     """The data spec and the constructor's arguments `write_manifest` wrote under `directory`."""
     path = directory / MANIFEST
