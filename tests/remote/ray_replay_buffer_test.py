@@ -545,6 +545,27 @@ def test_a_writer_dropped_without_close_stores_every_returned_add_and_frees_its_
     buffer.close()
 
 
+def test_a_dropped_writers_adoption_and_its_call_in_flight_store_each_frame_once_in_either_order():
+    # The actor runs a writer's calls in the writers' threads: a dropped writer's adopt (its call in flight and
+    # the adds after it) may run before, beside or after that call. Either way each frame is stored once, in order,
+    # and a late twin after the release takes no segment back.
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=100, name="adoption-twins")
+    writer = buffer.writer(1)
+    token, segments = writer._claim.token, writer.segments
+    leaves = [[np.full([1, 3], t, np.float32), np.array([t])] for t in range(6)]  # the fields in order: obs, x
+    first = np.array([0])
+    actor = buffer.actor
+    # The call in flight (adds 0-2) runs first; adopt resends it with the adds after it (0-5).
+    assert ray.get(actor.add_many.remote(segments, leaves[:3], None, token, first)).ravel().tolist() == [0, 2, 4]
+    assert ray.get(actor.adopt.remote(token, segments, leaves, first)) == 6
+    # The call in flight runs last, after the adoption released the segment: skipped, nothing taken back.
+    assert ray.get(actor.add_many.remote(segments, leaves[:3], None, token, first)).ravel().tolist() == [0, 2, 4]
+    assert np.asarray(buffer.gather_segment(segments[0])["x"]).tolist() == list(range(6))
+    assert buffer.writer_report()["claims"] == {}
+    writer._finalizer.detach()  # handed over above, by hand
+    buffer.close()
+
+
 def test_a_writer_whose_process_died_gives_its_segments_up_within_its_lease():
     # Issue 50, finding 3: a dead writer's segments stayed claimed for the life of the buffer.
     lease = 2.0

@@ -91,6 +91,7 @@ class RayHost(WriterCalls):
         self._share_largest()
         self._adds = 0  # adds since the actor started, and the latest that wrote each segment (-1: none yet)
         self._written = [-1] * len(self._segments)
+        self._done: dict[tuple[str | None, int], int] = {}  # (writer, segment) -> the number of its last add there
         if config["directory"] is not None and (source is None or source[0] != "open"):
             write_manifest(pathlib.Path(config["directory"]), config, config["sampler_record"])
         if self._checkpoints is not None:
@@ -144,15 +145,21 @@ class RayHost(WriterCalls):
         """Adds frame `i` of `leaves` to segment `segments[i]`, all or none; returns their ids.
 
         `writer`: the `RayWriter` adding, which must hold `segments`. `expected`: each frame's add number in
-        its segment as the writer counts them. On a `resend` (the writer's retry after the actor restarted),
-        a frame its segment already holds (stored before the process died) is not stored twice; after a
-        restart from a checkpoint, the frames it counts past the segment's are counted lost.
+        its segment as the writer counts them: a frame this writer already stored is not stored again, so
+        its calls may run in any order (a dropped writer's `adopt` beside the call it had in flight, in the
+        writers' threads). On a `resend` (the writer's retry after the actor restarted), a frame its segment
+        already holds (stored before the process died) is not stored twice either; after a restart from a
+        checkpoint, the frames it counts past the segment's are counted lost.
         """
         count = len(segments)
         items = self._pack(leaves)
         checked, _ = specs.check_batch(items, self._spec, self._fields, (count,))
+        total = len(self._segments)
         with self._lock:
             self._check_open()
+            done = [self._done.get((writer, s), -1) for s in segments]
+            if writer is not None and expected is not None and (np.asarray(done) >= expected).all():
+                return np.asarray(expected, np.int64) * total + np.asarray(segments, np.int64)  # a late twin: stored
             if writer is not None:
                 self._claims.check(writer, segments)
             limiter = self._limiter
@@ -166,14 +173,19 @@ class RayHost(WriterCalls):
             stored = 0
             for i, s in enumerate(segments):
                 added = int(self._segments[s].storage.added)
-                if expected is not None and self._checkpoints is not None:
-                    self._checkpoints.told(s, added, int(expected[i]))
-                if resend and expected is not None and added > int(expected[i]):
-                    ids[i] = int(expected[i]) * len(self._segments) + s  # stored before the restart
-                    continue
+                if expected is not None:
+                    e = int(expected[i])
+                    if self._checkpoints is not None:
+                        self._checkpoints.told(s, added, e)
+                    if self._done.get((writer, s), -1) >= e or (resend and added > e):
+                        ids[i] = e * total + s  # stored already: by this writer's other call, or before a restart
+                        continue
                 frame = self._pack([leaf[i : i + 1] for leaf in checked])
-                ids[i] = int(self._segments[s].add_batch(frame)[0]) * len(self._segments) + s
+                number = int(self._segments[s].add_batch(frame)[0])
+                ids[i] = number * total + s
                 stored += 1
+                if expected is not None:  # the actor's number, which the writer counts on from (after a restart too)
+                    self._done[(writer, s)] = number
             limiter.inserts += stored
             self._adds += 1
             for s in segments:
@@ -308,6 +320,7 @@ class RayHost(WriterCalls):
             self._check_open()
             for segment in self._segments:
                 segment.clear()
+            self._done.clear()  # the writers number anew from the actor's count
             self._limiter.clear()
             if self._checkpoints is not None:
                 self._checkpoints.changed = True

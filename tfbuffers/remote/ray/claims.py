@@ -136,6 +136,7 @@ class WriterCalls:
     _claims: Claims
     _segments: list[Any]
     _written: list[int]  # the actor's add count at each segment's latest add (-1: none yet)
+    _done: dict[tuple[str | None, int], int]  # (writer, segment) -> the writer's last add number stored there
     add: Callable[..., np.ndarray]
 
     def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
@@ -146,6 +147,8 @@ class WriterCalls:
             frames = [int(segment.num_frames()) for segment in self._segments]
             order = sorted(range(len(self._segments)), key=lambda s: (self._written[s], frames[s], s))
             segments = self._claims.claim(num_envs, writer, order)
+            for key in [key for key in self._done if key[1] in segments]:  # earlier writers' calls now refused
+                del self._done[key]
             return segments, [int(self._segments[s].storage.added) for s in segments]
 
     def renew(self, writers: dict[str, list[int]]) -> list[str]:
