@@ -15,7 +15,9 @@ table options over the ones asked for. The manager does none of that:
 
 Layout of `checkpoint_dir`: `tfbuffers_manager.json` (the configuration and the
 kept checkpoints, written atomically), `checkpoints/<n>/` (each a whole Reverb
-checkpoint), and `reverb/`, the running server's own checkpoint directory.
+checkpoint), and `reverb/`, the running server's own checkpoint directory, or `ray/`,
+the running Ray buffer's own checkpoints, which Ray restarts its actor from when it dies
+(`max_restarts`); create and load start either anew.
 
 The backend (`backend=`) is Reverb where dm-reverb imports (Python 3.11), else Ray where
 ray imports (`RayReplayBuffer`: its checkpoints are `checkpoints/<n>/`, each what
@@ -75,8 +77,9 @@ BACKENDS = ("reverb", "ray", "local")
 RAY_FRAME_OPTIONS = frozenset({"episode_boundaries", "frame_stacks"})  # what the frames are: a checkpoint's stays
 RAY_RUN_OPTIONS = frozenset(
     {"name", "min_size_to_sample", "samples_per_insert", "error_buffer", "timeout", "seed", "address"}
-    | {"prefetch_items", "directory"}
+    | {"prefetch_items", "directory", "max_restarts", "checkpoint_frames", "checkpoint_seconds"}
 )  # how the buffer runs: a loaded checkpoint takes the manager's
+RAY_MAX_RESTARTS = 3  # the manager's Ray buffer survives its actor's deaths, restarted from its last checkpoint
 CHOSEN = {
     "reverb": "ReplayBufferManager: backend reverb (a Reverb server in this process)",
     "ray": "ReplayBufferManager: backend ray (a RayReplayBuffer actor; other processes connect by its name){said}",
@@ -195,8 +198,12 @@ class ReplayBufferManager:
           ray_options: More `RayReplayBuffer` arguments, for the Ray backend: what the frames are
             (`episode_boundaries`, `frame_stacks`: a loaded checkpoint must have been made with the
             same) and how the buffer runs (`name`, `min_size_to_sample`, `samples_per_insert`,
-            `error_buffer`, `timeout`, `seed`, `address`, `prefetch_items`, `directory`: a loaded
-            checkpoint takes these).
+            `error_buffer`, `timeout`, `seed`, `address`, `prefetch_items`, `directory`, `max_restarts`,
+            `checkpoint_frames`, `checkpoint_seconds`: a loaded checkpoint takes these). The manager's Ray
+            buffer survives its actor: Ray restarts it (`max_restarts`, default 3; 0 for none) from its
+            last checkpoint under `checkpoint_dir/ray` (in RAM: every `checkpoint_seconds`, default 60,
+            or `checkpoint_frames`; the frames after it are lost and counted in the buffer's
+            `checkpoint_report()`), or, with `directory=`, by reopening its files (nothing lost).
 
         Raises:
           TypeError, ValueError: If an argument has the wrong type or is out of range.
@@ -278,7 +285,7 @@ class ReplayBufferManager:
         kept = self.checkpoints() if self._records.path.exists() else []
         if kept and not overwrite:
             raise FileExistsError(ALREADY_CHECKPOINTED.format(directory=self._directory, count=len(kept)))
-        for name in ("checkpoints", "reverb"):
+        for name in ("checkpoints", "reverb", "ray"):
             shutil.rmtree(self._directory / name, ignore_errors=True)
         self._directory.mkdir(parents=True, exist_ok=True)
         self._records.write({"format": FORMAT, "config": self._saved_config(), "checkpoints": []})
@@ -402,7 +409,7 @@ class ReplayBufferManager:
     def _start_ray(self, checkpoint: str | None) -> ReplayBuffer:
         from tfbuffers.ray_replay_buffer import RayReplayBuffer, read_manifest
 
-        config, options = self._config, self._ray_options
+        config, options = self._config, self._restarts(self._ray_options)
         if checkpoint is not None:  # its configuration is the manager's (checked by _adopt)
             path = self._records.checkpoint(checkpoint)
             _, saved = read_manifest(path)
@@ -413,7 +420,8 @@ class ReplayBufferManager:
                             name=f"ray_options[{name!r}]", directory=path, saved=saved[name], requested=options[name]
                         )
                     )
-            return RayReplayBuffer.load(path, **{k: v for k, v in options.items() if k in RAY_RUN_OPTIONS})
+            run = {k: v for k, v in options.items() if k in RAY_RUN_OPTIONS or k == "checkpoint_dir"}
+            return RayReplayBuffer.load(path, **run)
         return RayReplayBuffer(
             self._data_spec,
             batch_size=config["batch_size"],
@@ -422,6 +430,16 @@ class ReplayBufferManager:
             priority_exponent=config["priority_exponent"],
             **options,
         )
+
+    def _restarts(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with how Ray restarts the buffer: `max_restarts`, in RAM from checkpoints under `ray/`."""
+        options = {"max_restarts": RAY_MAX_RESTARTS, **options}
+        timed = options.get("checkpoint_frames") is not None or options.get("checkpoint_seconds") is not None
+        if options.get("directory") is None and (options["max_restarts"] or timed):
+            running = self._directory / "ray"
+            shutil.rmtree(running, ignore_errors=True)  # an earlier buffer's: this one starts from the manager's
+            options["checkpoint_dir"] = running
+        return options
 
     def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
         from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
@@ -497,4 +515,10 @@ def _ray_options(options: dict[str, Any] | None, backend: str | None) -> dict[st
         )
     if options and backend != "ray":
         raise ValueError(f"ray_options: only for backend='ray', got backend={backend!r}")
+    timed = {k: options[k] for k in ("checkpoint_frames", "checkpoint_seconds") if options.get(k) is not None}
+    if timed and options.get("directory") is not None:
+        raise ValueError(
+            f"ray_options: expected no checkpoint_frames or checkpoint_seconds with directory= (memory-mapped "
+            f"segments keep every add that returned: nothing to checkpoint), got {timed}"
+        )
     return dict(options)

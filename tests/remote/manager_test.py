@@ -353,3 +353,40 @@ def test_ray_options_reach_the_buffer_and_a_checkpoint_keeps_what_its_frames_are
         ReplayBufferManager(spec, 10, tmp_path / "bad", backend="ray", ray_options={"capacity": 4})
     with pytest.raises(ValueError, match="ray_options: only for backend='ray', got backend='local'"):
         ReplayBufferManager(spec, 10, tmp_path / "bad", backend="local", ray_options={"name": "x"})
+
+
+def test_the_managers_ray_buffer_is_restarted_by_ray_from_its_last_checkpoint_under_the_managers_directory(tmp_path):
+    # Issue 50: only the buffer's own checkpoint_dir= drove restarts; a manager's Ray buffer died with its actor.
+    import signal
+
+    import ray
+
+    directory = tmp_path / "replay"
+    options = {"checkpoint_frames": 10}
+    with ReplayBufferManager(SPEC, 100, directory, backend="ray", ray_options=options) as managed:
+        buffer, observer = managed.create_replay_buffer()
+        add(observer, range(25))
+        report = buffer.checkpoint_report()
+        assert (report["latest"], report["checkpoints"]) == (str(directory / "ray" / "checkpoint-00000002"), 2)
+        os.kill(ray.get(buffer.actor.ping.remote()), signal.SIGKILL)
+        assert int(managed.num_frames()) == 20  # restarted by Ray (max_restarts=3) from the checkpoint of frames 0-19
+        assert buffer.checkpoint_report()["restored_from"] == str(directory / "ray" / "checkpoint-00000002")
+        add(observer, [25, 26])  # collection goes on
+        assert windows(managed) == {(t, t + 1) for t in range(19)} | {(19, 25), (25, 26)}
+        assert managed.checkpoint() == "0"  # and the manager's checkpoints
+    with ReplayBufferManager(SPEC, 100, directory, backend="ray", ray_options=options) as managed:
+        buffer, _ = managed.load_replay_buffer()
+        assert int(managed.num_frames()) == 22
+        assert buffer.checkpoint_report()["checkpoints"] == 0  # ray/ starts anew from the manager's checkpoint
+        assert sorted(path.name for path in (directory / "ray").iterdir()) == []
+    with ReplayBufferManager(SPEC, 100, tmp_path / "none", backend="ray", ray_options={"max_restarts": 0}) as managed:
+        buffer, _ = managed.create_replay_buffer()
+        assert buffer.checkpoint_report() is None  # no restarts asked for: no checkpoints under ray/
+        assert not (tmp_path / "none" / "ray").exists()
+    expected = (
+        "ray_options: expected no checkpoint_frames or checkpoint_seconds with directory= (memory-mapped segments "
+        "keep every add that returned: nothing to checkpoint), got {'checkpoint_frames': 10}"
+    )
+    with pytest.raises(ValueError) as raised:
+        ReplayBufferManager(SPEC, 100, tmp_path / "bad", backend="ray", ray_options={**options, "directory": tmp_path})
+    assert str(raised.value) == expected

@@ -719,6 +719,12 @@ def test_checkpoints_every_few_seconds_only_when_something_changed_and_load_the_
         assert p == probabilities.get(i, p)  # the priorities came back
     assert len(set(probabilities) & set(np.asarray(info.ids).tolist())) >= 2
     loaded.close()
+    again = RayReplayBuffer.load(root, checkpoint_dir=tmp_path / "next", max_restarts=1)  # into RAM, checkpointed on
+    assert again.checkpoint() == tmp_path / "next" / "checkpoint-00000001"
+    assert int(again.num_frames()) == 6
+    again.close()
+    with pytest.raises(ValueError, match=r"^max_restarts: expected 0 without directory= or checkpoint_dir="):
+        RayReplayBuffer.load(root, max_restarts=1)  # a restart would load the save again: later adds lost, unsaid
     with pytest.raises(ValueError, match=r"^checkpoint_dir: expected a new or empty directory, got '.*checkpoints'"):
         RayReplayBuffer(SPEC, batch_size=2, max_length=4, checkpoint_dir=root)
     with pytest.raises(ValueError, match=r"^checkpoint_dir: expected None with directory="):

@@ -94,8 +94,9 @@ def actor_config(
             f"checkpoint_dir: expected a directory with checkpoint_frames={checkpoint_frames} and "
             f"checkpoint_seconds={checkpoint_seconds}, got None"
         )
+    mapped = directory.directory if isinstance(directory, Source) else directory  # None: in RAM (load too)
     if checkpoint_dir is not None:
-        if directory is not None:
+        if mapped is not None:
             raise ValueError(
                 f"checkpoint_dir: expected None with directory= (memory-mapped segments keep every add that "
                 f"returned: nothing to checkpoint), got {str(checkpoint_dir)!r}"
@@ -109,7 +110,7 @@ def actor_config(
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if checkpoint_frames is None and checkpoint_seconds is None:
             checkpoint_seconds = CHECKPOINT_SECONDS
-    if max_restarts and directory is None and checkpoint_dir is None:
+    if max_restarts and mapped is None and checkpoint_dir is None:
         raise ValueError(
             f"max_restarts: expected 0 without directory= or checkpoint_dir= (a restarted actor reopens its "
             f"directory, which holds every add that returned, or loads its last checkpoint), got {max_restarts}"
