@@ -25,7 +25,11 @@ frame as it is made (sent in order, the frames made meanwhile together), and
 releases them when it exits. Every frame it added is kept; an actor killed
 outright loses only the frames it had not sent yet, and its segments stay
 claimed until its lease runs out (30 s: a restarted actor claims them again;
-start the server with --segments for every actor's environments).
+start the server with --segments for every actor's environments). On a server
+with --samples-per-insert, an actor waits for the learner as long as it takes;
+stopped while it waits (the learner gone), it exits within seconds and hands the
+frames the rate limiter holds to the buffer, which stores them once a learner
+samples again (the count is printed).
 
     python scripts/replay_server.py --backend ray --port 6379 --segments 1 &
     python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy &
@@ -38,6 +42,7 @@ interface: see docs/scaling.md before opening either.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import pathlib
 import sys
@@ -147,7 +152,31 @@ from tfbuffers.envs import load_gymnasium  # noqa: E402
 from tfbuffers.observers import PyObserver  # noqa: E402
 
 STEPS_PER_CALL = 50  # driver steps between checks of the stop signal and the policy directory
+WAIT_SLICE_SECONDS = 5.0  # Ray: a paced actor waits for the learner in slices this long, checking for a stop
 RECORD_COLUMNS = 2  # a --record row: environment index, step type, then the observation's values
+
+
+class StoppedError(Exception):
+    """The actor was stopped while the rate limiter held its add (Ray)."""
+
+
+class PacedAdd:
+    """Adds through `add`, waiting for the rate limiter as long as the learner needs, until `stop` is set.
+
+    A `RayWriter`'s add raises `TimeoutError` past the handle's timeout without taking its frame: it is
+    tried again, or, once stopped, `StoppedError` is raised (that frame was not added).
+    """
+
+    def __init__(self, add: Any, stop: threading.Event) -> None:
+        self._add, self._stop = add, stop
+
+    def __call__(self, trajectory: Any) -> None:
+        while True:
+            try:
+                return self._add(trajectory)
+            except TimeoutError:
+                if self._stop.is_set():
+                    raise StoppedError from None
 
 
 class PolicySource:
@@ -229,13 +258,16 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     if config.backend == "ray":
         try:  # a buffer of other frames refused, naming each field that differs
             buffer: Any = tfbuffers.RayReplayBuffer.connect(
-                config.table_name, data_spec=source.trajectory_spec, address=config.replay_server
+                config.table_name,
+                data_spec=source.trajectory_spec,
+                address=config.replay_server,
+                timeout=WAIT_SLICE_SECONDS,
             )
         finally:
             _args.stop_on_signals(stop)  # again: Ray's connection made SIGTERM exit at once
         writer = claimed = buffer.writer(config.num_envs)
         print(f"adding to segments {claimed.segments} of RayReplayBuffer {config.table_name!r}", flush=True)
-        add: Any = PyObserver(claimed)
+        add: Any = PacedAdd(PyObserver(claimed), stop)
     else:
         buffer = tfbuffers.ReverbReplayBuffer(
             source.trajectory_spec,
@@ -253,10 +285,11 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
         added[0] += config.num_envs
         episodes[0] += int(np.sum(trajectory.is_last()))
 
-    observers = ([recorder] if recorder else []) + [add, count]
+    observers = ([recorder] if recorder else []) + [add, count]  # recorded before its add: a killed actor's too
     bar = tqdm(total=config.frames or None, unit="frame", desc="collect", disable=not config.progress)
     started = time.perf_counter()
     policies = 0
+    held = 0
     try:
         time_step = env.reset()
         state = source.policy.get_initial_state(env.batch_size)
@@ -270,13 +303,19 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
                 steps = min(steps, -(-(config.frames - added[0]) // config.num_envs))
             before = added[0]
             driver = py_driver.PyDriver(env, source.policy, observers, max_steps=steps)
-            time_step, state = driver.run(time_step, state)
+            with contextlib.suppress(StoppedError):  # stopped while the rate limiter held an add
+                time_step, state = driver.run(time_step, state)
             bar.update(added[0] - before)
             bar.set_postfix(episodes=episodes[0])
     finally:
         bar.close()
         if writer is not None:
-            writer.close()  # sends every frame made so far, and releases the segments
+            try:
+                writer.close()  # sends every frame made so far, and releases the segments
+            except TimeoutError:  # the rate limiter holds them: dropped, the writer hands them to the actor
+                if not stop.is_set():
+                    raise
+                held = writer.pending
         buffer.close()  # sends every item made so far
         if recorder is not None:
             recorder.close()
@@ -287,6 +326,7 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
         "seconds": seconds,
         "frames_per_second": added[0] / seconds if seconds else 0.0,
         "policies_loaded": policies,
+        "held": held,
     }
 
 
@@ -305,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         f"in {summary['seconds']:.1f} s: {summary['frames_per_second']:.0f} frames/s",
         flush=True,
     )
+    if summary["held"]:
+        print(
+            f"{summary['held']} of them were not known to be stored (the rate limiter held them): handed to the "
+            "buffer, which stores them once a learner samples",
+            flush=True,
+        )
     return 0
 
 

@@ -34,7 +34,8 @@ paced as above. Actors and learners reach it with
 and scripts/train_dqn.py with --backend ray do); on another machine, join the
 cluster first (`ray start --address HOST:PORT`). Its checkpoints under
 --checkpoint-dir are `tfbuffers.ReplayBufferManager`'s: the newest restored at
-start, the newest three kept. Ray's token authentication is on: a process needs
+start, the newest three kept; if the buffer's actor dies, Ray restarts it from
+its own last checkpoint under --checkpoint-dir/ray (every 60 s). Ray's token authentication is on: a process needs
 the cluster's token (~/.ray/auth_token) to connect, but Ray's ports listen on
 every interface, listed at start: keep them private (docs/scaling.md).
 

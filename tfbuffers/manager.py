@@ -409,7 +409,7 @@ class ReplayBufferManager:
     def _start_ray(self, checkpoint: str | None) -> ReplayBuffer:
         from tfbuffers.ray_replay_buffer import RayReplayBuffer, read_manifest
 
-        config, options = self._config, self._restarts(self._ray_options)
+        config, options = self._config, _ray_restarts(self._ray_options, self._directory)
         if checkpoint is not None:  # its configuration is the manager's (checked by _adopt)
             path = self._records.checkpoint(checkpoint)
             _, saved = read_manifest(path)
@@ -430,16 +430,6 @@ class ReplayBufferManager:
             priority_exponent=config["priority_exponent"],
             **options,
         )
-
-    def _restarts(self, options: dict[str, Any]) -> dict[str, Any]:
-        """`options` with how Ray restarts the buffer: `max_restarts`, in RAM from checkpoints under `ray/`."""
-        options = {"max_restarts": RAY_MAX_RESTARTS, **options}
-        timed = options.get("checkpoint_frames") is not None or options.get("checkpoint_seconds") is not None
-        if options.get("directory") is None and (options["max_restarts"] or timed):
-            running = self._directory / "ray"
-            shutil.rmtree(running, ignore_errors=True)  # an earlier buffer's: this one starts from the manager's
-            options["checkpoint_dir"] = running
-        return options
 
     def _start_local(self, checkpoint: str | None) -> ReplayBuffer:
         from tfbuffers.tf_prioritized_replay_buffer import TFPrioritizedReplayBuffer
@@ -498,6 +488,17 @@ class ReplayBufferManager:
         if self._buffer is not None:
             self._buffer.close()
             self._buffer = None
+
+
+def _ray_restarts(options: dict[str, Any], directory: pathlib.Path) -> dict[str, Any]:
+    """`options` with how Ray restarts the buffer: `max_restarts`, in RAM from checkpoints under `directory/ray`."""
+    options = {"max_restarts": RAY_MAX_RESTARTS, **options}
+    timed = options.get("checkpoint_frames") is not None or options.get("checkpoint_seconds") is not None
+    if options.get("directory") is None and (options["max_restarts"] or timed):
+        running = directory / "ray"
+        shutil.rmtree(running, ignore_errors=True)  # an earlier buffer's: this one starts from the manager's
+        options["checkpoint_dir"] = running
+    return options
 
 
 def _ray_options(options: dict[str, Any] | None, backend: str | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -308,3 +309,44 @@ def test_on_ray_two_actors_and_a_learner_share_one_buffer_and_a_killed_actor_los
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=30)
+
+
+@NEEDS_RAY
+def test_on_ray_a_paced_actor_stopped_while_the_learner_is_gone_exits_and_says_what_the_limiter_holds(tmp_path):
+    # Found in the paced distributed DQN run: after the learner finished, SIGTERM did not stop the actors (their
+    # adds waited for the rate limiter), and past the handle's 60 s timeout the adds would have failed.
+    from replay_server_test import free_port
+
+    port = free_port()
+    flags = ("--backend", "ray", "--segments", 1, "--samples-per-insert", 1000, "--min-size-to-sample", 10)
+    server = start_server(tmp_path, "server", port, *flags)
+    actor = launch(tmp_path, "actor", "collect.py", "--backend", "ray", "--replay-server", f"127.0.0.1:{port}",
+                   "--record", tmp_path / "actor.rec", "--no-progress")  # fmt: skip
+    try:
+        # No learner: the limiter admits 11 inserts (min size 10, and an error buffer of 1,000, 10% of 10 x 1,000,
+        # over 1,000 samples per insert); the writer returns at least 65 more adds (64 waiting, max_pending, and
+        # those of its call in flight, which the limiter holds up), then its next add waits, past the handle's
+        # timeout (5 s) too. The recorder has that frame too: it records each frame before its add.
+        wait_for(lambda: (tmp_path / "actor.rec").exists() and len(rows(tmp_path / "actor.rec")) >= 77, "77 frames")
+        made = len(rows(tmp_path / "actor.rec")) - 1
+        time.sleep(8.0)
+        assert len(rows(tmp_path / "actor.rec")) == made + 1 and actor.poll() is None  # still waiting for a learner
+        actor.send_signal(signal.SIGTERM)
+        assert actor.wait(timeout=60) == 0, output(tmp_path, "actor")
+        said = output(tmp_path, "actor")
+        assert f"added {made} frames (" in said, said
+        held = re.search(r"(\d+) of them were not known to be stored \(the rate limiter held them\): handed to the "
+                         r"buffer, which stores them once a learner samples", said)  # fmt: skip
+        assert held is not None and 65 <= int(held.group(1)) <= made, said  # the call in flight's, stored or not
+        # The buffer holds them past the actor's exit: a learner's samples let them in, in order.
+        record = rows(tmp_path / "actor.rec")[:, 2:].astype(np.float32)
+        first = ray_segments(tmp_path, f"127.0.0.1:{port}", "first")
+        np.testing.assert_array_equal(first["observation0"], record[:11])
+        second = ray_segments(tmp_path, f"127.0.0.1:{port}", "second")  # the first's 2,000 samples let 2 more in
+        np.testing.assert_array_equal(second["observation0"], record[:13])
+        server.send_signal(signal.SIGTERM)  # with adds still waiting in the buffer for the limiter
+        assert server.wait(timeout=60) == 0, output(tmp_path, "server")
+    finally:
+        for process in (actor, server):
+            if process.poll() is None:
+                process.kill()

@@ -92,6 +92,7 @@ class RayHost(WriterCalls):
         self._adds = 0  # adds since the actor started, and the latest that wrote each segment (-1: none yet)
         self._written = [-1] * len(self._segments)
         self._done: dict[tuple[str | None, int], int] = {}  # (writer, segment) -> the number of its last add there
+        self._adopting: set[str] = set()  # dropped writers whose adds `adopt` holds, waiting to store them
         if config["directory"] is not None and (source is None or source[0] != "open"):
             write_manifest(pathlib.Path(config["directory"]), config, config["sampler_record"])
         if self._checkpoints is not None:

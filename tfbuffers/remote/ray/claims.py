@@ -137,6 +137,7 @@ class WriterCalls:
     _segments: list[Any]
     _written: list[int]  # the actor's add count at each segment's latest add (-1: none yet)
     _done: dict[tuple[str | None, int], int]  # (writer, segment) -> the writer's last add number stored there
+    _adopting: set[str]  # dropped writers whose adds `adopt` holds
     add: Callable[..., np.ndarray]
 
     def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
@@ -182,6 +183,7 @@ class WriterCalls:
         many batches went through; those that could not (a closed buffer) are counted in `writer_report`'s
         `lost_adds`.
         """
+        self._adopting.add(writer)  # held here: the writer's process may end (`adopting`)
         stored = 0
         try:
             for index, leaves in enumerate(batches):
@@ -192,4 +194,9 @@ class WriterCalls:
                 self._claims.ended["lost_adds"] += len(batches) - stored
         finally:
             self.release(writer, "dropped")
+            self._adopting.discard(writer)
         return stored
+
+    def adopting(self, writer: str) -> bool:
+        """Whether `adopt` holds `writer`'s adds (waiting for the rate limiter, say): its process may end now."""
+        return writer in self._adopting

@@ -131,11 +131,12 @@ class Claim:
     def abandon(self) -> None:
         """The writer was dropped without `close()`: the actor stores its adds after the call in flight, then releases.
 
-        Runs as the writer's finalizer, when it is collected: it sends one call, and waits until it is
-        done (at most `_EXIT_WAIT_SECONDS`) unless the garbage collector runs it (then in any thread, in
-        the middle of anything: it waits for nothing). At exit, `_wait_for_abandoned` waits for the calls
-        not waited for, before Ray shuts down. Waiting keeps a process that ends right after dropping
-        its writer (a Ray actor whose handles are gone) from taking the call with it before it is sent.
+        Runs as the writer's finalizer, when it is collected: it sends one call, and waits until the
+        actor has stored the adds or holds them (`_until_held`: a rate limiter may hold them as long as
+        no learner samples) unless the garbage collector runs it (then in any thread, in the middle of
+        anything: it waits for nothing). At exit, `_wait_for_abandoned` waits for the calls not waited
+        for, before Ray shuts down. Waiting keeps a process that ends right after dropping its writer (a
+        Ray actor whose handles are gone) from taking the call with it before it is sent.
         """
         if not self.open:
             return
@@ -159,10 +160,10 @@ class Claim:
                 warnings.warn(DROPPED.format(name=self.name, count=count, reason=error), stacklevel=2)
                 return
             if _COLLECTING[0]:
-                _ABANDONED.append(done)
+                _ABANDONED.append((done, self.actor, self.token))
                 return
             try:
-                ray.get(done, timeout=_EXIT_WAIT_SECONDS)
+                _until_held(done, self.actor, self.token)
                 return
             except ray.exceptions.RayActorError as error:  # the buffer's actor died
                 if not self.restarts:
@@ -174,8 +175,27 @@ class Claim:
                 return
 
 
-_ABANDONED: list[Any] = []  # the dropped writers' last calls, waited for at exit
+_ABANDONED: list[tuple[Any, Any, str]] = []  # the dropped writers' last calls (call, actor, writer), waited for at exit
 _EXIT_WAIT_SECONDS = 60.0
+_HELD_POLL_SECONDS = 0.5
+
+
+def _until_held(done: Any, actor: Any, writer: str) -> None:
+    """Waits until the call `done` (an `adopt`) returned or the actor holds its adds, at most `_EXIT_WAIT_SECONDS`.
+
+    Raises what the call raised.
+    """
+    ray = import_ray()
+    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if ray.wait([done], timeout=_HELD_POLL_SECONDS)[0]:
+            ray.get(done)
+            return
+        with contextlib.suppress(Exception):  # a busy or restarting actor: asked again
+            if ray.get(actor.adopting.remote(writer), timeout=_HELD_POLL_SECONDS):
+                return
+
+
 _COLLECTING = [False]  # whether the garbage collector runs (a finalizer then must not wait)
 
 
@@ -191,8 +211,10 @@ def _wait_for_abandoned() -> None:
     for claim in list(HEARTBEAT.claims):
         claim.abandon()
     ray = import_ray()
-    if _ABANDONED and ray.is_initialized():
-        ray.wait(list(_ABANDONED), num_returns=len(_ABANDONED), timeout=_EXIT_WAIT_SECONDS)
+    if ray.is_initialized():
+        for done, actor, writer in _ABANDONED:
+            with contextlib.suppress(Exception):  # the actor counts what it could not store (writer_report)
+                _until_held(done, actor, writer)
 
 
 class Heartbeat:
