@@ -310,12 +310,14 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     finally:
         bar.close()
         if writer is not None:
-            try:
-                writer.close()  # sends every frame made so far, and releases the segments
-            except TimeoutError:  # the rate limiter holds them: dropped, the writer hands them to the actor
-                if not stop.is_set():
-                    raise
-                held = writer.pending
+            while True:  # sends every frame made so far (waiting for the learner), and releases the segments
+                try:
+                    writer.close()
+                    break
+                except TimeoutError:  # the rate limiter holds them; stopped: dropped, handed to the actor
+                    if stop.is_set():
+                        held = writer.pending
+                        break
         buffer.close()  # sends every item made so far
         if recorder is not None:
             recorder.close()

@@ -35,9 +35,10 @@ and scripts/train_dqn.py with --backend ray do); on another machine, join the
 cluster first (`ray start --address HOST:PORT`). Its checkpoints under
 --checkpoint-dir are `tfbuffers.ReplayBufferManager`'s: the newest restored at
 start, the newest three kept; if the buffer's actor dies, Ray restarts it from
-its own last checkpoint under --checkpoint-dir/ray (every 60 s). Ray's token authentication is on: a process needs
-the cluster's token (~/.ray/auth_token) to connect, but Ray's ports listen on
-every interface, listed at start: keep them private (docs/scaling.md).
+its own last checkpoint under --checkpoint-dir/ray (every 60 s). Ray's token
+authentication is on: a process needs the cluster's token (~/.ray/auth_token) to
+connect, but Ray's ports listen on every interface, listed at start: keep them
+private (docs/scaling.md).
 
     python scripts/replay_server.py --backend ray --port 6379 --segments 4 --checkpoint-dir runs/replay
 
