@@ -134,13 +134,15 @@ def main(directory: str, seconds: float) -> dict:
                 time.sleep(0.5)
                 continue
             how = ["close", "drop", "kill"][writer_id % 3]
-            steps = 2_000 if how == "kill" else int(rng.integers(20, 80))  # a killed one dies mid-run
+            # A killed one dies mid-run: it would add for hours (a loaded machine can take over 10 s to reach its
+            # kill, behind the other session's end and the buffer's restart).
+            steps = 1_000_000 if how == "kill" else int(rng.integers(20, 80))
             running.append((session, writer_id, node, pid, segment, how, steps, session.add.remote(steps, 0.005)))
         if not killed_buffer and time.monotonic() - start > seconds / 2:
             os.kill(ray.get(buffer.actor.ping.remote()), signal.SIGKILL)  # the buffer's actor dies; Ray restarts it
             killed_buffer = True
-        for session, wid, node, pid, segment, how, steps, added in running:
-            if how == "kill":
+        for session, wid, node, pid, segment, how, steps, added in sorted(running, key=lambda run: run[5] != "kill"):
+            if how == "kill":  # first, while it adds
                 time.sleep(0.05 + rng.random() * 0.2)  # mid-run
                 os.kill(pid, signal.SIGKILL)
                 returned = None  # unknown: at most the adds it made
