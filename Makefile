@@ -6,6 +6,7 @@
 #   make test-fast                  the fast subset (tests not marked slow), for development
 #   make coverage                   every test on both stacks under coverage.py: line and branch coverage of tfbuffers/
 #   make mutations                  the deliberate bugs of scripts/mutations.py, each must make a test fail
+#   make notebooks                  every notebook in a Jupyter kernel at the sizes it ships with (pinned stack; make test: small)
 #   make docs                       the documentation site with its API reference, into site/ (warnings are errors)
 #   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
 #   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's Flashbax peer, apart from TensorFlow
@@ -25,7 +26,7 @@ endif
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: setup run test test-fast coverage mutations docs flashbax-env
+.PHONY: setup run test test-fast coverage mutations notebooks docs flashbax-env
 
 setup: $(VENV)/.installed
 
@@ -60,6 +61,9 @@ coverage:
 
 mutations: setup
 	$(VENV)/bin/python scripts/mutations.py $(ARGS)
+
+notebooks: setup
+	$(VENV)/bin/python -m pytest --full-size-notebooks tests/project/colabs_test.py -k in_a_kernel $(PYTEST_ARGS)
 
 docs: setup
 	$(VENV)/bin/mkdocs build --strict

@@ -387,6 +387,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="tfbuffers: run here the long runs kept to the other stack too (conftest.py ONE_STACK)",
     )
     parser.addoption(
+        "--full-size-notebooks",
+        action="store_true",
+        help="tfbuffers: run the notebooks in a kernel at the sizes they ship with, not the tests' small ones",
+    )
+    parser.addoption(
         "--every-combination",
         action="store_true",
         help="tfbuffers: run every case on every buffer kind in both modes, each on a new buffer (conftest.py)",
@@ -416,15 +421,16 @@ def covered(item: pytest.Item) -> bool:
 
 # The two stacks (the Makefile's rule: Python 3.11 is the pinned one). Both run the contract and unit suites whole;
 # a few long runs, whose code is the same on both stacks (processes, threads, files, Ray), run on one stack only
-# (docs/development.md, "Tests"; `--every-stack` runs them here too): the notebooks at full size in a kernel, the
+# (docs/development.md, "Tests"; `--every-stack` runs them here too): the notebooks in a kernel, the
 # benchmark's smoke runs and the Reverb-backed tests on the pinned stack; the long kill, soak and stress runs, and
 # Ray, on the current one. A key is a module, a test function ("module::function") or one of its cases
 # ("module::function[id]"); the most specific key found decides, "both" undoing a wider key.
 STACK = "pinned" if sys.version_info[:2] == (3, 11) else "current"
 ONE_STACK = {
-    "colabs_test.py::test_notebook_runs_at_full_size_in_a_kernel": "pinned",
-    # Each notebook's cells and checks at small sizes on the current stack (Colab's); on the pinned stack the
-    # kernel runs every cell at full size, and the small run only where the pinned stack adds a backend (Reverb).
+    "colabs_test.py::test_notebook_runs_in_a_kernel": "pinned",
+    # Each notebook's cells and checks at small sizes on the current stack (Colab's); on the pinned stack a kernel
+    # runs every cell (small, or at full size with --full-size-notebooks), and the checks only where the pinned
+    # stack adds a backend (Reverb).
     "colabs_test.py::test_notebook_runs": "current",
     "colabs_test.py::test_notebook_runs[reverb_and_scaling.ipynb]": "both",
     "colabs_test.py::test_a_notebook_s_training_repeats_exactly": "current",  # trains twice at small size

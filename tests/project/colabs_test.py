@@ -371,19 +371,20 @@ def test_a_notebook_s_training_repeats_exactly(name, tmp_path, monkeypatch):
     assert runs[0] == runs[1]
 
 
-# Full size, in a kernel: each notebook as a Colab or Jupyter runtime executes it (nbclient, one IPython kernel
-# of this interpreter), without TFBUFFERS_NOTEBOOK_SMALL. The install cell's `%pip` lines are left out (this
-# environment is set up; they are checked above); its other lines run. Slow (the module is): CI runs them on the pinned
-# stack.
+# In a kernel: each notebook as a Colab or Jupyter runtime executes it (nbclient, one IPython kernel of this
+# interpreter). The install cell's `%pip` lines are left out (this environment is set up; they are checked above);
+# its other lines run. At the tests' small sizes (TFBUFFERS_NOTEBOOK_SMALL), or with `--full-size-notebooks` (`make
+# notebooks`) at the sizes the notebook ships with: 15 CPU-minutes, run when a notebook or what it shows changes, not
+# in every CI run. CI runs them on the pinned stack.
 
 CELL_TIMEOUT = 900  # seconds; a notebook that hangs fails here, naming its cell
-# Full size; and a kernel as Colab's and Jupyter's are: ipykernel sends what C++ writes to the process's stdout and
-# stderr (through a pipe) to the cells, except where it sees PYTEST_CURRENT_TEST.
+# A kernel as Colab's and Jupyter's are: ipykernel sends what C++ writes to the process's stdout and stderr (through
+# a pipe) to the cells, except where it sees PYTEST_CURRENT_TEST.
 KERNEL_UNSET = {"TFBUFFERS_NOTEBOOK_SMALL", "PYTEST_CURRENT_TEST"}
 
 
-def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
-    """The notebook at `path`, executed top to bottom in a fresh kernel in `directory`."""
+def executed(path: pathlib.Path, directory: pathlib.Path, small: bool) -> Any:
+    """The notebook at `path`, executed top to bottom in a fresh kernel in `directory`, at small sizes or full."""
     import nbclient
     import nbformat
 
@@ -398,6 +399,7 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
         if not line.startswith("!git clone")
     )
     environment = {key: value for key, value in os.environ.items() if key not in KERNEL_UNSET}
+    environment |= {"TFBUFFERS_NOTEBOOK_SMALL": "1"} if small else {}
     client = nbclient.NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT,
@@ -409,8 +411,8 @@ def executed(path: pathlib.Path, directory: pathlib.Path) -> Any:
 
 
 @pytest.mark.parametrize("path", COLABS, ids=[path.name for path in COLABS])
-def test_notebook_runs_at_full_size_in_a_kernel(path, tmp_path):
-    ran = executed(path, tmp_path)
+def test_notebook_runs_in_a_kernel(path, tmp_path, request):
+    ran = executed(path, tmp_path, small=not request.config.getoption("--full-size-notebooks"))
     outputs = [output for cell in ran.cells if cell.cell_type == "code" for output in cell.outputs]
     errors = [output for output in outputs if output.output_type == "error"]
     assert errors == []
