@@ -51,6 +51,12 @@ from tfbuffers.testing.contract import (
 )
 from tfbuffers.testing.contract.remote import RAY_KIND, RAY_SKIPS, REVERB_KIND, REVERB_SKIPS
 
+# TensorFlow runs graph calls on as many inter-op threads as the machine has cores (2 here). A graph call that waits
+# inside an op (a host buffer's `tf.numpy_function`, a graph writer waiting its turn) holds one, and a test's threads,
+# or one that an earlier test of the same worker left waiting out its timeout, can hold them all: any graph call of
+# the process then waits (docs/concurrency.md, "Threads"). The tests run as on a machine of 8 cores.
+tf.config.threading.set_inter_op_parallelism_threads(8)
+
 # The contract's frames, kinds and helpers (`tfbuffers.testing.contract`), which the tests import from here.
 __all__ = [
     "RAY_KIND",

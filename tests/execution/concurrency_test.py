@@ -247,8 +247,32 @@ def hold_the_writers_lock(buffer):
 
     holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive([], slow_write, "add_batch")))
     holder.start()
-    assert inside.wait(30)
+    if not inside.wait(30):
+        release.set()  # not left waiting, holding an inter-op thread, when it gets there
+        raise AssertionError("the holder's graph call did not reach the writers' lock within 30 s")
     return holder, release
+
+
+def test_graph_calls_waiting_in_an_op_leave_the_others_running():
+    # Two graph calls blocked in a numpy_function, as a test's holders are, and a third runs: the inter-op
+    # threads are more than the cores of this machine (tests/conftest.py; docs/concurrency.md, "Threads").
+    entered, release, ran = threading.Semaphore(0), threading.Event(), threading.Event()
+    blocked = tf.function(
+        lambda: tf.numpy_function(lambda: (entered.release(), release.wait(30), np.int64(0))[-1], [], tf.int64)
+    )
+    third = tf.function(lambda: tf.numpy_function(lambda: (ran.set(), np.int64(1))[-1], [], tf.int64))
+    threads = [threading.Thread(target=blocked) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        assert entered.acquire(timeout=30) and entered.acquire(timeout=30)  # both blocked in their op
+        threads.append(threading.Thread(target=third))
+        threads[-1].start()
+        assert ran.wait(10)
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
 
 
 def waiting(kind: str = "tf", max_length: int = 5) -> tfbuffers.ReplayBuffer:
