@@ -54,8 +54,9 @@ from tfbuffers.testing.contract.remote import RAY_KIND, RAY_SKIPS, REVERB_KIND, 
 # TensorFlow runs graph calls on as many inter-op threads as the machine has cores (2 here). A graph call that waits
 # inside an op (a host buffer's `tf.numpy_function`, a graph writer waiting its turn) holds one, and a test's threads,
 # or one that an earlier test of the same worker left waiting out its timeout, can hold them all: any graph call of
-# the process then waits (docs/concurrency.md, "Threads"). The tests run as on a machine of 8 cores.
-tf.config.threading.set_inter_op_parallelism_threads(8)
+# the process then waits (docs/concurrency.md, "Threads"). The tests run with more threads than cores, at least 8.
+INTER_OP_THREADS = max(8, (os.cpu_count() or 1) + 2)
+tf.config.threading.set_inter_op_parallelism_threads(INTER_OP_THREADS)
 
 # The contract's frames, kinds and helpers (`tfbuffers.testing.contract`), which the tests import from here.
 __all__ = [

@@ -7,6 +7,7 @@ writers overwrite the rows readers are gathering all the time.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -254,19 +255,21 @@ def hold_the_writers_lock(buffer):
 
 
 def test_graph_calls_waiting_in_an_op_leave_the_others_running():
-    # Two graph calls blocked in a numpy_function, as a test's holders are, and a third runs: the inter-op
-    # threads are more than the cores of this machine (tests/conftest.py; docs/concurrency.md, "Threads").
+    # As many graph calls blocked in a numpy_function as the machine has cores (TensorFlow's default count of
+    # inter-op threads, which they would all hold), as a test's holders are, and one more runs: the tests run with
+    # more threads (tests/conftest.py; docs/concurrency.md, "Threads").
+    blocking = os.cpu_count() or 1
     entered, release, ran = threading.Semaphore(0), threading.Event(), threading.Event()
     blocked = tf.function(
         lambda: tf.numpy_function(lambda: (entered.release(), release.wait(30), np.int64(0))[-1], [], tf.int64)
     )
-    third = tf.function(lambda: tf.numpy_function(lambda: (ran.set(), np.int64(1))[-1], [], tf.int64))
-    threads = [threading.Thread(target=blocked) for _ in range(2)]
+    another = tf.function(lambda: tf.numpy_function(lambda: (ran.set(), np.int64(1))[-1], [], tf.int64))
+    threads = [threading.Thread(target=blocked) for _ in range(blocking)]
     try:
         for thread in threads:
             thread.start()
-        assert entered.acquire(timeout=30) and entered.acquire(timeout=30)  # both blocked in their op
-        threads.append(threading.Thread(target=third))
+        assert all(entered.acquire(timeout=30) for _ in range(blocking))  # every one blocked in its op
+        threads.append(threading.Thread(target=another))
         threads[-1].start()
         assert ran.wait(10)
     finally:
