@@ -1,0 +1,182 @@
+"""`Streams`: the chunks of one storage shared by writers' streams, oldest chunk out (no Ray needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tfbuffers.remote.ray.streams import Streams
+
+
+class Stored:
+    """Streams and the storage their rows index: each frame's code written where `append` says."""
+
+    def __init__(self, capacity, chunk_rows):
+        self.streams = Streams(capacity, chunk_rows)
+        self.storage = np.full(capacity, -1, np.int64)
+        self.appended = {}  # stream -> every code it appended, in order
+
+    def open(self):
+        stream = self.streams.open()
+        self.appended[stream] = []
+        return stream
+
+    def add(self, stream, codes):
+        rows = self.streams.append(stream, len(codes))
+        self.storage[rows] = codes
+        self.appended[stream].extend(codes)
+        return rows
+
+    def held(self, stream):
+        """The codes `stream` holds, read back through its rows."""
+        frames = self.streams.frames(stream)
+        return self.storage[self.streams.rows(stream, np.arange(frames))[:, 0]].tolist() if frames else []
+
+
+def test_writers_one_after_another_share_the_whole_capacity():
+    # Finding 4 of issue 50 (and 1): four writers of one environment each, 60 frames each, one after another, in
+    # a buffer of 400: all 240 kept, whatever the number of writers.
+    stored = Stored(400, 16)
+    for writer in range(4):
+        stream = stored.open()
+        stored.add(stream, list(range(writer * 1000, writer * 1000 + 60)))
+        stored.streams.close(stream)
+    assert stored.streams.num_frames() == 240 and stored.streams.evicted == 0
+    assert [stored.held(s) for s in stored.streams.streams()] == [stored.appended[s] for s in range(4)]
+
+
+def test_one_writer_alone_fills_the_capacity_it_asked_for():
+    stored = Stored(400, 16)
+    stream = stored.open()
+    stored.add(stream, list(range(400)))
+    assert stored.streams.num_frames() == 400 and stored.held(stream) == list(range(400))
+    stored.add(stream, [400])  # one more: its oldest chunk (16 frames) goes
+    assert stored.held(stream) == list(range(16, 401)) and stored.streams.evicted == 16
+
+
+def test_the_chunk_allocated_longest_ago_goes_first_whoever_holds_it():
+    stored = Stored(8, 2)
+    a, b = stored.open(), stored.open()
+    stored.add(a, [0, 1, 2])  # chunks 0 and 1 (half)
+    stored.add(b, [10, 11, 12, 13])  # chunks 2 and 3: the buffer is full of chunks
+    stored.add(a, [3])  # fills a's second chunk: nothing evicted
+    assert stored.streams.evicted == 0 and stored.streams.num_frames() == 8
+    stored.add(b, [14])  # b needs a chunk: a's first, allocated first, goes
+    assert stored.held(a) == [2, 3] and stored.held(b) == [10, 11, 12, 13, 14]
+    stored.add(a, [4, 5])  # a needs a chunk: its own, allocated before b's, goes
+    assert stored.held(a) == [4, 5] and stored.held(b) == [10, 11, 12, 13, 14]
+    assert stored.streams.evicted == 4
+
+
+def test_a_capacity_that_chunk_rows_does_not_divide_is_held_whole():
+    stored = Stored(10, 4)  # chunks of 4, 4 and 2 rows
+    stream = stored.open()
+    stored.add(stream, list(range(10)))
+    assert stored.held(stream) == list(range(10)) and stored.streams.num_chunks == 3
+    stored.add(stream, [10])
+    assert stored.held(stream) == list(range(4, 11))  # the first chunk's 4 frames went
+    windows = stored.streams.windows(3)
+    assert windows == {stream: 5}
+    rows = stored.streams.rows(stream, np.arange(5), 3)
+    assert stored.storage[rows].tolist() == [[4 + i, 5 + i, 6 + i] for i in range(5)]  # across chunks, in order
+
+
+def test_windows_stay_within_one_stream():
+    stored = Stored(12, 2)
+    streams = [stored.open() for _ in range(3)]
+    for step in range(4):  # interleaved adds: the streams' chunks alternate in the storage
+        for s in streams:
+            stored.add(s, [s * 100 + step])
+    assert stored.streams.windows(2) == dict.fromkeys(streams, 3)
+    for s in streams:
+        codes = stored.storage[stored.streams.rows(s, np.arange(3), 2)]
+        assert (codes // 100 == s).all() and (np.diff(codes, axis=1) == 1).all()
+
+
+def test_ids_name_frames_and_stale_ids_are_found_stale():
+    stored = Stored(4, 2)
+    stream = stored.open()
+    rows = stored.add(stream, [0, 1, 2])
+    ids = stored.streams.ids(rows)
+    assert ids.tolist() == [0, 1, 2]  # allocations 0 and 1, chunks of 2
+    np.testing.assert_array_equal(stored.streams.rows_of(ids), rows)
+    assert stored.streams.rows_of([3, 4, -1]).tolist() == [-1, -1, -1]  # not written yet, never allocated, bad
+    new_rows = stored.add(stream, [3, 4])  # the first chunk goes to the new frame 4
+    assert stored.streams.rows_of(ids).tolist() == [-1, -1, rows[2]]
+    assert stored.streams.ids(new_rows).tolist() == [3, 4]  # allocation 2 reuses chunk 0: id 4, row 0
+    assert stored.streams.rows_of([4]).tolist() == [0] and stored.storage[0] == 4
+
+
+def test_a_stream_closed_keeps_its_frames_until_evicted_and_is_then_forgotten():
+    stored = Stored(4, 2)
+    a = stored.open()
+    stored.add(a, [0, 1])
+    stored.streams.close(a)
+    with pytest.raises(ValueError, match="stream 0: closed, it takes no more frames"):
+        stored.streams.append(a, 1)
+    assert stored.streams.streams() == [a] and stored.held(a) == [0, 1]
+    b = stored.open()
+    stored.add(b, [10, 11, 12])
+    assert stored.streams.streams() == [b] and stored.streams.num_frames() == 3  # a's chunk went to b
+    with pytest.raises(ValueError, match=r"stream: expected one of the buffer's streams \[1\], got 0"):
+        stored.streams.frames(a)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s, n: s.append(n, 5), r"count: expected an int in \[0, capacity=4\], got 5"),
+        (lambda s, n: s.append(n, -1), r"count: expected an int in \[0, capacity=4\], got -1"),
+        (lambda s, n: s.rows(n, [1], 2), r"starts: expected windows within the stream's 2 frame\(s\), got \[1\]"),
+        (lambda s, n: s.ids([3]), r"rows: expected rows of held chunks, got \[3\]"),
+    ],
+)
+def test_bad_calls_are_refused_and_change_nothing(call, message):
+    stored = Stored(4, 2)
+    stream = stored.open()
+    stored.add(stream, [0, 1])
+    before = json.dumps(stored.streams.state())
+    with pytest.raises(ValueError, match=message):
+        call(stored.streams, stream)
+    assert json.dumps(stored.streams.state()) == before
+    stored.add(stream, [2])
+    assert stored.held(stream) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("capacity", "chunk_rows"), [(0, 1), (4, 0), (4, 5)])
+def test_bad_sizes_are_refused(capacity, chunk_rows):
+    with pytest.raises(ValueError, match="capacity: expected a positive int|chunk_rows: expected an int in"):
+        Streams(capacity, chunk_rows)
+
+
+def test_random_writers_keep_a_suffix_of_each_stream_within_the_capacity_and_restore_from_their_state():
+    rng = np.random.default_rng(7)
+    stored = Stored(50, 4)
+    code = 0
+    for step in range(2_000):
+        open_ = [s for s in stored.appended if s in stored.streams.streams() and stored.streams._streams[s].open]
+        if len(open_) < 2 or rng.random() < 0.02:
+            open_.append(stored.open())
+        if len(open_) > 1 and rng.random() < 0.02:
+            stored.streams.close(open_.pop(int(rng.integers(len(open_)))))
+        stream = open_[int(rng.integers(len(open_)))]
+        count = int(rng.integers(1, 7))
+        stored.add(stream, list(range(code, code + count)))
+        code += count
+        assert stored.streams.num_frames() <= 50
+        assert stored.streams.num_frames() + stored.streams.evicted == code
+        if step % 100 == 0:
+            for s in stored.streams.streams():
+                held = stored.held(s)
+                assert held == stored.appended[s][len(stored.appended[s]) - len(held) :]  # a suffix, in order
+            restored = Streams.restored(json.loads(json.dumps(stored.streams.state())))
+            assert restored.state() == stored.streams.state()
+            for s in stored.streams.streams():
+                frames = stored.streams.frames(s)
+                np.testing.assert_array_equal(
+                    restored.rows(s, np.arange(frames)), stored.streams.rows(s, np.arange(frames))
+                )
+    # Full, the buffer holds within a chunk per stream of its capacity: only the streams' last chunks are part-full.
+    assert stored.streams.num_frames() >= 50 - 4 * len(stored.streams.streams())

@@ -1,0 +1,229 @@
+"""`Streams`: one storage of `capacity` rows shared by any number of writers' streams, oldest chunk out.
+
+The rows are cut into chunks of `chunk_rows` (the last one shorter when `chunk_rows` does not divide
+`capacity`). A stream (one environment of one writer) fills its chunks in order; when its last chunk is full it
+takes a free chunk, or, with none free, the chunk allocated longest ago, whoever holds it: the buffer holds its
+capacity whatever the number of writers, and drops its oldest frames first (as Reverb's FIFO remover, a chunk at a
+time). A chunk allocated longest ago is always the first chunk of its stream, so a stream loses frames from its
+start only, and its frames stay consecutive: windows are read within one stream and never across two.
+
+A frame's id is `allocation * chunk_rows + offset`, where `allocation` counts chunk allocations since the buffer
+began: an id outlives its frame's eviction without naming the frame that took its row (`rows_of` says -1).
+
+Not thread-safe: its owner calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+FREE = -1
+
+
+@dataclasses.dataclass
+class _Stream:
+    chunks: collections.deque[int] = dataclasses.field(default_factory=collections.deque)
+    filled: int = 0  # rows written in its last chunk
+    frames: int = 0  # frames it holds
+    dropped: int = 0  # frames it lost to evictions
+    open: bool = True
+
+
+class Streams:
+    """The chunks of `capacity` rows, the streams holding them in order, and the ids of their frames."""
+
+    def __init__(self, capacity: int, chunk_rows: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: expected a positive int, got {capacity}")
+        if not 1 <= chunk_rows <= capacity:
+            raise ValueError(f"chunk_rows: expected an int in [1, capacity={capacity}], got {chunk_rows}")
+        self.capacity, self.chunk_rows = capacity, chunk_rows
+        count = -(-capacity // chunk_rows)
+        self._rows = np.minimum(chunk_rows, capacity - np.arange(count) * chunk_rows)  # rows of each chunk
+        self._owner = np.full(count, FREE, np.int64)  # the stream holding each chunk
+        self._allocation = np.full(count, FREE, np.int64)  # the allocation number of its current use
+        self._allocated: collections.deque[int] = collections.deque()  # held chunks, allocated longest ago first
+        self._free: collections.deque[int] = collections.deque(range(count))
+        self._streams: dict[int, _Stream] = {}
+        self._next_stream = 0
+        self._allocations = 0
+        self.evicted = 0  # frames dropped to make room, over the buffer's life
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunks of the storage, held or free."""
+        return len(self._rows)
+
+    def open(self) -> int:
+        """A new stream, empty; its number."""
+        number = self._next_stream
+        self._next_stream += 1
+        self._streams[number] = _Stream()
+        return number
+
+    def close(self, stream: int) -> None:
+        """No more frames for `stream`; those it holds stay, to be sampled, until evicted."""
+        self._stream(stream).open = False
+        self._forget_if_done(stream)
+
+    def streams(self) -> list[int]:
+        """The streams holding frames or still open, in the order they were opened."""
+        return list(self._streams)
+
+    def frames(self, stream: int) -> int:
+        """Frames `stream` holds."""
+        return self._stream(stream).frames
+
+    def num_frames(self) -> int:
+        """Frames the streams hold together."""
+        return sum(s.frames for s in self._streams.values())
+
+    def append(self, stream: int, count: int) -> np.ndarray:
+        """The rows of `count` new frames at the end of `stream`, in order; chunks taken, or evicted, as needed.
+
+        A count larger than the capacity is refused: its first frames would be evicted by its last ones.
+        """
+        s = self._stream(stream)
+        if not s.open:
+            raise ValueError(f"stream {stream}: closed, it takes no more frames")
+        if not 0 <= count <= self.capacity:
+            raise ValueError(f"count: expected an int in [0, capacity={self.capacity}], got {count}")
+        rows = np.empty(count, np.int64)
+        written = 0
+        while written < count:
+            if not s.chunks or s.filled == self._rows[s.chunks[-1]]:
+                self._take_chunk(stream)
+                s = self._streams[stream]  # the same stream; its chunks may have gone to the eviction
+            tail = s.chunks[-1]
+            n = min(count - written, int(self._rows[tail]) - s.filled)
+            start = tail * self.chunk_rows + s.filled
+            rows[written : written + n] = np.arange(start, start + n)
+            s.filled += n
+            s.frames += n
+            written += n
+        return rows
+
+    def _take_chunk(self, stream: int) -> None:
+        if not self._free:
+            self._evict(self._allocated[0])
+        chunk = self._free.popleft()
+        self._owner[chunk] = stream
+        self._allocation[chunk] = self._allocations
+        self._allocations += 1
+        self._allocated.append(chunk)
+        s = self._streams[stream]
+        s.chunks.append(chunk)
+        s.filled = 0
+
+    def _evict(self, chunk: int) -> None:
+        owner = int(self._owner[chunk])
+        s = self._streams[owner]
+        first = s.chunks.popleft()
+        assert first == chunk and self._allocated[0] == chunk  # the oldest chunk heads its stream
+        self._allocated.popleft()
+        lost = s.filled if not s.chunks else int(self._rows[chunk])  # its only chunk: the rows written so far
+        if not s.chunks:
+            s.filled = 0
+        s.frames -= lost
+        s.dropped += lost
+        self.evicted += lost
+        self._owner[chunk] = FREE
+        self._allocation[chunk] = FREE
+        self._free.append(chunk)
+        self._forget_if_done(owner)
+
+    def _forget_if_done(self, stream: int) -> None:
+        s = self._streams[stream]
+        if not s.open and not s.chunks:
+            del self._streams[stream]
+
+    def _stream(self, stream: int) -> _Stream:
+        try:
+            return self._streams[stream]
+        except KeyError:
+            raise ValueError(
+                f"stream: expected one of the buffer's streams {list(self._streams)}, got {stream}"
+            ) from None
+
+    # Reads.
+
+    def rows(self, stream: int, starts: Any, num_steps: int = 1) -> np.ndarray:
+        """Rows of the windows of `num_steps` frames of `stream` at `starts`: [len(starts), num_steps].
+
+        A stream's frames are counted from the oldest it holds.
+        """
+        s = self._stream(stream)
+        frames = np.asarray(starts, np.int64)[:, None] + np.arange(num_steps)
+        if frames.size and (frames.min() < 0 or frames.max() >= s.frames):
+            raise ValueError(f"starts: expected windows within the stream's {s.frames} frame(s), got {starts}")
+        chunks = np.fromiter(s.chunks, np.int64, len(s.chunks))
+        ends = np.cumsum(self._rows[chunks])
+        which = np.searchsorted(ends, frames, side="right")
+        offsets = frames - (ends[which] - self._rows[chunks[which]])
+        return chunks[which] * self.chunk_rows + offsets
+
+    def windows(self, num_steps: int) -> dict[int, int]:
+        """How many windows of `num_steps` consecutive frames each stream holding frames can give."""
+        return {n: s.frames - num_steps + 1 for n, s in self._streams.items() if s.frames >= num_steps}
+
+    def ids(self, rows: Any) -> np.ndarray:
+        """The ids of the frames in `rows` (held rows only)."""
+        rows = np.asarray(rows, np.int64)
+        chunks = rows // self.chunk_rows
+        if (self._allocation[chunks] == FREE).any():
+            raise ValueError(f"rows: expected rows of held chunks, got {rows}")
+        return self._allocation[chunks] * self.chunk_rows + rows % self.chunk_rows
+
+    def rows_of(self, ids: Any) -> np.ndarray:
+        """The rows holding the frames `ids` name, -1 for those evicted since (or never written)."""
+        ids = np.asarray(ids, np.int64)
+        allocation, offset = ids // self.chunk_rows, ids % self.chunk_rows
+        held = np.flatnonzero(self._allocation != FREE)
+        by_allocation = dict(zip(self._allocation[held].tolist(), held.tolist(), strict=True))
+        chunk = np.array([by_allocation.get(a, FREE) for a in allocation.ravel().tolist()], np.int64)
+        chunk = chunk.reshape(ids.shape)
+        written = np.where(self._owner == FREE, 0, self._rows)  # rows written in each chunk
+        for s in self._streams.values():
+            if s.chunks:
+                written[s.chunks[-1]] = s.filled
+        found = (chunk != FREE) & (ids >= 0) & (offset < written[chunk])
+        return np.where(found, chunk * self.chunk_rows + offset, FREE)
+
+    # State, for checkpoints and saves.
+
+    def state(self) -> dict[str, Any]:
+        """Everything the chunks' map holds, as plain values: `Streams.restored(state)` makes it again."""
+        return {
+            "capacity": self.capacity,
+            "chunk_rows": self.chunk_rows,
+            "allocations": self._allocations,
+            "next_stream": self._next_stream,
+            "evicted": self.evicted,
+            "allocated": list(self._allocated),
+            "allocation": self._allocation.tolist(),
+            "streams": {
+                str(n): {"chunks": list(s.chunks), "filled": s.filled, "frames": s.frames, "dropped": s.dropped,
+                         "open": s.open}
+                for n, s in self._streams.items()
+            },
+        }  # fmt: skip
+
+    @classmethod
+    def restored(cls, state: dict[str, Any]) -> Streams:
+        """The streams whose `state()` this is."""
+        made = cls(int(state["capacity"]), int(state["chunk_rows"]))
+        made._allocations, made._next_stream = int(state["allocations"]), int(state["next_stream"])
+        made.evicted = int(state["evicted"])
+        made._allocation = np.asarray(state["allocation"], np.int64)
+        made._allocated = collections.deque(int(c) for c in state["allocated"])
+        for key, saved in state["streams"].items():
+            stream = _Stream(collections.deque(int(c) for c in saved["chunks"]), int(saved["filled"]),
+                             int(saved["frames"]), int(saved["dropped"]), bool(saved["open"]))  # fmt: skip
+            made._streams[int(key)] = stream
+            made._owner[list(stream.chunks)] = int(key)
+        made._free = collections.deque(c for c in range(made.num_chunks) if made._owner[c] == FREE)
+        return made
