@@ -180,3 +180,18 @@ def test_random_writers_keep_a_suffix_of_each_stream_within_the_capacity_and_res
                 )
     # Full, the buffer holds within a chunk per stream of its capacity: only the streams' last chunks are part-full.
     assert stored.streams.num_frames() >= 50 - 4 * len(stored.streams.streams())
+
+
+def test_window_numbers_name_every_window_once():
+    stored = Stored(12, 2)
+    a, b, c = stored.open(), stored.open(), stored.open()
+    stored.add(a, [0, 1, 2, 3])
+    stored.add(b, [10])  # too short for a window of 2
+    stored.add(c, [20, 21, 22])
+    assert stored.streams.windows(2) == {a: 3, c: 2}
+    streams, starts = stored.streams.windows_at(np.arange(5), 2)
+    assert list(zip(streams.tolist(), starts.tolist(), strict=True)) == [(a, 0), (a, 1), (a, 2), (c, 0), (c, 1)]
+    windows = [stored.storage[stored.streams.rows(s, [t], 2)[0]].tolist() for s, t in zip(streams, starts, strict=True)]
+    assert windows == [[0, 1], [1, 2], [2, 3], [20, 21], [21, 22]]
+    with pytest.raises(ValueError, match=r"indices: expected window numbers in \[0, 5\), got \[5\]"):
+        stored.streams.windows_at([5], 2)

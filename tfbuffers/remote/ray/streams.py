@@ -170,6 +170,23 @@ class Streams:
         """How many windows of `num_steps` consecutive frames each stream holding frames can give."""
         return {n: s.frames - num_steps + 1 for n, s in self._streams.items() if s.frames >= num_steps}
 
+    def windows_at(self, indices: Any, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(streams, starts) of the windows numbered `indices` among all `num_steps`-frame windows.
+
+        Windows are numbered stream by stream, in the order of `windows(num_steps)`, each stream's from its oldest
+        frame: a uniform index in [0, total) is a uniform window, each drawn with probability 1 / total.
+        """
+        counts = self.windows(num_steps)
+        numbers = np.fromiter(counts, np.int64, len(counts))
+        sizes = np.fromiter(counts.values(), np.int64, len(counts))
+        ends = np.cumsum(sizes)
+        total = int(ends[-1]) if len(ends) else 0
+        indices = np.asarray(indices, np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= total):
+            raise ValueError(f"indices: expected window numbers in [0, {total}), got {indices}")
+        which = np.searchsorted(ends, indices, side="right")
+        return numbers[which], indices - (ends[which] - sizes[which])
+
     def ids(self, rows: Any) -> np.ndarray:
         """The ids of the frames in `rows` (held rows only)."""
         rows = np.asarray(rows, np.int64)
