@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tfbuffers.remote.ray.streams import Streams
+from tfbuffers.remote.ray.streams import Streams, draw_prioritized
+from tfbuffers.sampling import _sum_tree
 
 
 class Stored:
@@ -195,3 +196,23 @@ def test_window_numbers_name_every_window_once():
     assert windows == [[0, 1], [1, 2], [2, 3], [20, 21], [21, 22]]
     with pytest.raises(ValueError, match=r"indices: expected window numbers in \[0, 5\), got \[5\]"):
         stored.streams.windows_at([5], 2)
+
+
+@pytest.mark.parametrize("newest_weight", [1.0, 1e6], ids=["rejection", "exact fallback"])
+def test_prioritized_draws_follow_the_starts_priorities_exactly(newest_weight):
+    stored = Stored(12, 2)
+    a, b = stored.open(), stored.open()
+    rows_a = stored.add(a, [0, 1, 2, 3])
+    rows_b = stored.add(b, [10, 11, 12])
+    priorities = np.zeros(12)
+    priorities[rows_a] = [1.0, 2.0, 3.0, newest_weight]  # windows of 2: starts 0, 1, 2 of a; 10, 11 of b
+    priorities[rows_b] = [4.0, 5.0, newest_weight]
+    tree = _sum_tree.build(priorities, 12)
+    assert sorted(stored.streams.no_starts(2).tolist()) == sorted([rows_a[3], rows_b[2]])
+    rows, probabilities = draw_prioritized(stored.streams, tree, priorities, np.random.default_rng(3), 150_000, 2)
+    starts = [rows_a[0], rows_a[1], rows_a[2], rows_b[0], rows_b[1]]
+    expected = np.array([1.0, 2.0, 3.0, 4.0, 5.0]) / 15.0
+    assert set(rows.tolist()) == set(starts)  # never a newest frame
+    np.testing.assert_array_equal(probabilities, priorities[rows] / 15.0)
+    counts = np.array([(rows == row).sum() for row in starts])
+    np.testing.assert_allclose(counts / 150_000, expected, atol=0.004)  # about 4 standard deviations, seed fixed

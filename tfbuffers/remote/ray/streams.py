@@ -187,6 +187,15 @@ class Streams:
         which = np.searchsorted(ends, indices, side="right")
         return numbers[which], indices - (ends[which] - sizes[which])
 
+    def no_starts(self, num_steps: int) -> np.ndarray:
+        """Rows of held frames that start no window of `num_steps`: each stream's newest `num_steps - 1` frames."""
+        parts = [
+            self.rows(n, np.arange(s.frames - min(s.frames, num_steps - 1), s.frames))[:, 0]
+            for n, s in self._streams.items()
+            if s.frames and num_steps > 1
+        ]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
     def ids(self, rows: Any) -> np.ndarray:
         """The ids of the frames in `rows` (held rows only)."""
         rows = np.asarray(rows, np.int64)
@@ -244,3 +253,40 @@ class Streams:
             made._owner[list(stream.chunks)] = int(key)
         made._free = collections.deque(c for c in range(made.num_chunks) if made._owner[c] == FREE)
         return made
+
+
+REDRAWS = 4
+"""Prioritized draws that land on a row starting no window are drawn again this many times, then exactly."""
+
+
+def draw_prioritized(
+    streams: Streams, tree: np.ndarray, priorities: np.ndarray, rng: np.random.Generator, count: int, num_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, probabilities) of `count` window starts drawn in proportion to their rows' priorities.
+
+    `priorities`: every row's (0 for rows holding no frame), and `tree` the sum tree over them
+    (`tfbuffers.sampling._sum_tree`). Rows starting no window (`Streams.no_starts`) are left out: a draw that lands
+    on one is drawn again (rejection keeps the others' proportions exactly), `REDRAWS` times, then among the
+    window starts by a running sum. A start's probability is its priority over the window starts' total.
+    """
+    from tfbuffers.sampling import _sum_tree
+
+    excluded = streams.no_starts(num_steps)
+    total = float(tree[1, _sum_tree.SUM]) - float(priorities[excluded].sum())
+    if not total > 0:
+        raise ValueError(f"num_steps={num_steps}: no window of the buffer has a priority above 0")
+    rows = _sum_tree.find_numpy(tree, streams.capacity, rng.random(count) * tree[1, _sum_tree.SUM])
+    for round_ in range(REDRAWS + 1):
+        again = np.flatnonzero(np.isin(rows, excluded))
+        if not again.size:
+            break
+        if round_ < REDRAWS:
+            rows[again] = _sum_tree.find_numpy(tree, streams.capacity, rng.random(again.size) * tree[1, _sum_tree.SUM])
+        else:  # the newest frames hold most of the weight: draw among the starts
+            weights = priorities.astype(np.float64)
+            weights[excluded] = 0.0
+            ends = np.cumsum(weights)
+            rows[again] = np.minimum(
+                np.searchsorted(ends, rng.random(again.size) * ends[-1], side="right"), len(ends) - 1
+            )
+    return rows, priorities[rows] / total
