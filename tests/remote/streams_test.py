@@ -216,3 +216,30 @@ def test_prioritized_draws_follow_the_starts_priorities_exactly(newest_weight):
     np.testing.assert_array_equal(probabilities, priorities[rows] / 15.0)
     counts = np.array([(rows == row).sum() for row in starts])
     np.testing.assert_allclose(counts / 150_000, expected, atol=0.004)  # about 4 standard deviations, seed fixed
+
+
+def test_with_step_types_windows_stay_within_episodes():
+    stored = Stored(12, 2)
+    a, b = stored.open(), stored.open()
+    types = np.full(12, 1, np.int32)  # MID
+    rows_a = stored.add(a, [0, 1, 2, 3, 4, 5])
+    types[rows_a] = [0, 1, 2, 0, 1, 1]  # an episode ends at frame 2, the next starts at 3
+    rows_b = stored.add(b, [10, 11, 12, 13])
+    types[rows_b] = [1, 1, 0, 1]  # a FIRST at frame 2: a boundary before it
+    assert stored.streams.starts(a, 2, types).tolist() == [0, 1, 3, 4]
+    assert stored.streams.starts(b, 2, types).tolist() == [0, 2]
+    assert stored.streams.starts(a, 3, types).tolist() == [0, 3]
+    assert stored.streams.windows(3, types) == {a: 2}
+    streams, starts = stored.streams.windows_at(np.arange(6), 2, types)
+    assert list(zip(streams.tolist(), starts.tolist(), strict=True)) == [(a, 0), (a, 1), (a, 3), (a, 4), (b, 0), (b, 2)]
+    assert stored.streams.windows(2) == {a: 5, b: 3}  # without step types: every consecutive pair
+
+    excluded = stored.streams.no_starts(2, types)
+    assert sorted(excluded.tolist()) == sorted([rows_a[2], rows_a[5], rows_b[1], rows_b[3]])
+    priorities = np.zeros(12)
+    priorities[rows_a], priorities[rows_b] = 1.0, 2.0
+    tree = _sum_tree.build(priorities, 12)
+    rows, probabilities = draw_prioritized(stored.streams, tree, priorities, np.random.default_rng(0), 1_000, 2, types)
+    starts = {*rows_a[[0, 1, 3, 4]].tolist(), *rows_b[[0, 2]].tolist()}
+    assert set(rows.tolist()) == starts
+    np.testing.assert_array_equal(probabilities, priorities[rows] / 8.0)  # 4 starts of 1, 2 of 2

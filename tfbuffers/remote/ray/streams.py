@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 FREE = -1
+FIRST, LAST = 0, 2  # TF-Agents' StepType values
 
 
 @dataclasses.dataclass
@@ -166,17 +167,35 @@ class Streams:
         offsets = frames - (ends[which] - self._rows[chunks[which]])
         return chunks[which] * self.chunk_rows + offsets
 
-    def windows(self, num_steps: int) -> dict[int, int]:
-        """How many windows of `num_steps` consecutive frames each stream holding frames can give."""
-        return {n: s.frames - num_steps + 1 for n, s in self._streams.items() if s.frames >= num_steps}
+    def starts(self, stream: int, num_steps: int, step_types: np.ndarray | None = None) -> np.ndarray:
+        """The frames of `stream` (counted from its oldest) that start a window of `num_steps` frames.
 
-    def windows_at(self, indices: Any, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        With `step_types` (TF-Agents' step type of each row's frame), only windows within one episode: none
+        with a boundary inside, after a LAST frame or before a FIRST one.
+        """
+        frames = self._stream(stream).frames
+        starts = np.arange(max(0, frames - num_steps + 1))
+        if step_types is None or num_steps == 1 or not starts.size:
+            return starts
+        types = step_types[self.rows(stream, np.arange(frames))[:, 0]]
+        boundary = (types[:-1] == LAST) | (types[1:] == FIRST)  # between frame i and i + 1
+        crossed = np.concatenate([[0], np.cumsum(boundary)])
+        return starts[crossed[starts + num_steps - 1] == crossed[starts]]
+
+    def windows(self, num_steps: int, step_types: np.ndarray | None = None) -> dict[int, int]:
+        """How many windows of `num_steps` frames each stream can give (`starts`), for those that can give one."""
+        counts = {n: len(self.starts(n, num_steps, step_types)) for n in self._streams}
+        return {n: count for n, count in counts.items() if count}
+
+    def windows_at(
+        self, indices: Any, num_steps: int, step_types: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(streams, starts) of the windows numbered `indices` among all `num_steps`-frame windows.
 
         Windows are numbered stream by stream, in the order of `windows(num_steps)`, each stream's from its oldest
         frame: a uniform index in [0, total) is a uniform window, each drawn with probability 1 / total.
         """
-        counts = self.windows(num_steps)
+        counts = self.windows(num_steps, step_types)
         numbers = np.fromiter(counts, np.int64, len(counts))
         sizes = np.fromiter(counts.values(), np.int64, len(counts))
         ends = np.cumsum(sizes)
@@ -185,15 +204,27 @@ class Streams:
         if indices.size and (indices.min() < 0 or indices.max() >= total):
             raise ValueError(f"indices: expected window numbers in [0, {total}), got {indices}")
         which = np.searchsorted(ends, indices, side="right")
-        return numbers[which], indices - (ends[which] - sizes[which])
+        offsets = indices - (ends[which] - sizes[which])
+        if step_types is None:
+            return numbers[which], offsets
+        starts = np.array(
+            [self.starts(int(n), num_steps, step_types)[o] for n, o in zip(numbers[which], offsets, strict=True)],
+            np.int64,
+        )
+        return numbers[which], starts
 
-    def no_starts(self, num_steps: int) -> np.ndarray:
-        """Rows of held frames that start no window of `num_steps`: each stream's newest `num_steps - 1` frames."""
-        parts = [
-            self.rows(n, np.arange(s.frames - min(s.frames, num_steps - 1), s.frames))[:, 0]
-            for n, s in self._streams.items()
-            if s.frames and num_steps > 1
-        ]
+    def no_starts(self, num_steps: int, step_types: np.ndarray | None = None) -> np.ndarray:
+        """Rows of held frames that start no window of `num_steps` (`starts`).
+
+        A stream's newest `num_steps - 1` frames, and with `step_types` those whose window would cross an episode
+        boundary.
+        """
+        parts = []
+        for n, s in self._streams.items():
+            if s.frames:
+                kept = np.ones(s.frames, bool)
+                kept[self.starts(n, num_steps, step_types)] = False
+                parts.append(self.rows(n, np.flatnonzero(kept))[:, 0])
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     def ids(self, rows: Any) -> np.ndarray:
@@ -260,18 +291,25 @@ REDRAWS = 4
 
 
 def draw_prioritized(
-    streams: Streams, tree: np.ndarray, priorities: np.ndarray, rng: np.random.Generator, count: int, num_steps: int
+    streams: Streams,
+    tree: np.ndarray,
+    priorities: np.ndarray,
+    rng: np.random.Generator,
+    count: int,
+    num_steps: int,
+    step_types: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(rows, probabilities) of `count` window starts drawn in proportion to their rows' priorities.
 
     `priorities`: every row's (0 for rows holding no frame), and `tree` the sum tree over them
     (`tfbuffers.sampling._sum_tree`). Rows starting no window (`Streams.no_starts`) are left out: a draw that lands
     on one is drawn again (rejection keeps the others' proportions exactly), `REDRAWS` times, then among the
-    window starts by a running sum. A start's probability is its priority over the window starts' total.
+    window starts by a running sum. With `step_types`, windows within one episode only (`Streams.starts`). A
+    start's probability is its priority over the window starts' total.
     """
     from tfbuffers.sampling import _sum_tree
 
-    excluded = streams.no_starts(num_steps)
+    excluded = streams.no_starts(num_steps, step_types)
     total = float(tree[1, _sum_tree.SUM]) - float(priorities[excluded].sum())
     if not total > 0:
         raise ValueError(f"num_steps={num_steps}: no window of the buffer has a priority above 0")
