@@ -25,11 +25,11 @@ learners, or reach it through an SSH tunnel (see docs/scaling.md).
 
 With --backend ray (the default elsewhere: Python 3.12+; the ray extra) the
 server starts a local Ray cluster whose GCS listens on --port and, in it, a
-`tfbuffers.RayReplayBuffer` named --table-name: --segments rings of
---capacity / --segments frames, one per actor environment (each actor claims its
-own with `buffer.writer(num_envs)`; a segment no actor claims holds nothing, so
-give --segments the actors' environments in all), windows kept within episodes,
-paced as above. Actors and learners reach it with
+`tfbuffers.RayReplayBuffer` named --table-name: --capacity frames shared by up
+to --segments actor environments at a time (each actor claims its own with
+`buffer.writer(num_envs)`; actors come and go, and the oldest frames go first,
+whichever actor made them: the buffer's elastic layout), windows kept within
+one actor environment's episodes, paced as above. Actors and learners reach it with
 `tfbuffers.RayReplayBuffer.connect(NAME, address="HOST:PORT")` (scripts/collect.py
 and scripts/train_dqn.py with --backend ray do); on another machine, join the
 cluster first (`ray start --address HOST:PORT`). Its checkpoints under
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--segments",
         type=_args.positive_int,
         default=None,
-        help=f"Ray: the environments all actors may add from at once, one ring each (default {RAY_SEGMENTS})",
+        help=f"Ray: the environments all actors may add from at once, sharing --capacity (default {RAY_SEGMENTS})",
     )
     parser.add_argument("--sampler", choices=_args.REVERB_SAMPLERS, default="uniform", help="how items are drawn")
     parser.add_argument(

@@ -246,9 +246,12 @@ def test_a_sampler_factory_runs_in_the_actor_as_the_local_buffers_run_it(tmp_pat
         RayReplayBuffer(SPEC, capacity=4, sampler=tfbuffers.sampling.PrioritizedSampler)
 
 
-def test_prioritized_probabilities_are_one_buffers_across_segments():
+@pytest.mark.parametrize("layout", ["elastic", "segments"])
+def test_prioritized_probabilities_are_one_buffers_across_segments(layout):
     # Both made by the registry's kinds, alike: the remote kind presets the sampler.
-    buffer = kinds.make("ray_prioritized", SPEC, batch_size=2, max_length=4, seed=2, priority_exponent=0.5)
+    buffer = kinds.make(
+        "ray_prioritized", SPEC, batch_size=2, max_length=4, seed=2, priority_exponent=0.5, layout=layout
+    )
     local = kinds.make("py_prioritized", SPEC, batch_size=2, max_length=4, seed=2, priority_exponent=0.5)
     assert type(buffer) is RayReplayBuffer and buffer.sampler == "prioritized" and buffer.prioritized
     for t in range(3):
@@ -286,8 +289,9 @@ def test_prioritized_probabilities_are_one_buffers_across_segments():
         target.close()
 
 
-def test_windows_stay_within_episodes_with_one_buffers_probabilities():
-    buffer = RayReplayBuffer(TRACED, batch_size=2, max_length=8, episode_boundaries=True, seed=3)
+@pytest.mark.parametrize("layout", ["elastic", "segments"])
+def test_windows_stay_within_episodes_with_one_buffers_probabilities(layout):
+    buffer = RayReplayBuffer(TRACED, batch_size=2, max_length=8, episode_boundaries=True, seed=3, layout=layout)
     local = PyUniformReplayBuffer(TRACED, batch_size=2, max_length=8, episode_boundaries=True, seed=3)
     for step in range(11):
         for target in (buffer, local):
@@ -494,7 +498,7 @@ def test_writers_that_join_after_others_closed_take_the_segments_written_longest
     # Issue 50, finding 1: four writers in turn, each adding 60 frames into a capacity of 400 (4 segments of 100),
     # kept 100 or 160: each took the lowest free segment, the one the writer before had just closed, and its ring
     # overwrote those frames while the other segments stayed empty.
-    buffer = RayReplayBuffer(SPEC, capacity=400, batch_size=4, name="writers-in-turn")
+    buffer = RayReplayBuffer(SPEC, capacity=400, batch_size=4, name="writers-in-turn", layout="segments")
     taken = [ray.get(add_and_close.remote(buffer, 1000 * w, 60)) for w in range(4)]
     assert sorted(taken) == [0, 1, 2, 3]
     assert int(buffer.num_frames()) == 240
@@ -505,6 +509,31 @@ def test_writers_that_join_after_others_closed_take_the_segments_written_longest
     kept = np.asarray(buffer.gather_segment(taken[0])["x"]).tolist()
     assert kept == list(range(10, 60)) + list(range(4000, 4050))  # a ring of 100: its 10 oldest frames overwritten
     assert int(buffer.num_frames()) == 240 + 40
+    buffer.close()
+
+
+def test_elastic_writers_share_the_whole_capacity_oldest_frames_out():
+    # Issue 50, finding 4: the segments' layout splits the capacity, so one writer of 400 frames keeps its segment's
+    # 100. The elastic layout: four writers in turn keep their 240, then one writer alone fills all 400, the oldest
+    # frames out; its windows never reach into another writer's frames.
+    buffer = RayReplayBuffer(SPEC, capacity=400, batch_size=4, layout="elastic", name="elastic-writers")
+    taken = [ray.get(add_and_close.remote(buffer, 1000 * w, 60)) for w in range(4)]
+    assert int(buffer.num_frames()) == 240 and sorted(buffer.frames_per_segment()) == [60, 60, 60, 60]
+    for w, segment in enumerate(taken):
+        assert np.asarray(buffer.gather_segment(segment)["x"]).tolist() == list(range(1000 * w, 1000 * w + 60))
+    alone = ray.get(add_and_close.remote(buffer, 5000, 400))
+    assert alone == taken[0]  # the segment written longest ago
+    assert int(buffer.num_frames()) == 400 and buffer.frames_per_segment()[alone] == 400
+    assert np.asarray(buffer.gather_segment(alone)["x"]).tolist() == list(range(5000, 5400))
+    # One more writer takes the segment written longest ago, and 10 chunks of 3 frames: the lone writer's oldest.
+    assert ray.get(add_and_close.remote(buffer, 9000, 30)) == taken[1]
+    assert np.asarray(buffer.gather_segment(taken[1])["x"]).tolist() == list(range(9000, 9030))
+    assert np.asarray(buffer.gather_segment(alone)["x"]).tolist() == list(range(5030, 5400))
+    items, info = buffer.get_next(sample_batch_size=20_000, num_steps=2)
+    x = np.asarray(items["x"])
+    assert (np.diff(x, axis=1) == 1).all()  # consecutive frames of one writer: none across the two streams
+    assert set(x[:, 0].tolist()) == {*range(5030, 5399), *range(9000, 9029)}
+    np.testing.assert_allclose(np.asarray(info.probabilities), 1 / (369 + 29), rtol=1e-6)
     buffer.close()
 
 
@@ -643,11 +672,12 @@ def test_the_rate_limiters_counts_come_back_with_a_restarted_actor(tmp_path):
         RayReplayBuffer(SPEC, batch_size=1, max_length=4, max_restarts=2)
 
 
-def test_a_buffer_in_ram_restarts_from_its_last_checkpoint_and_counts_the_frames_it_lost(tmp_path):
+@pytest.mark.parametrize("layout", ["segments", "elastic"])
+def test_a_buffer_in_ram_restarts_from_its_last_checkpoint_and_counts_the_frames_it_lost(tmp_path, layout):
     # Issue 50, finding 5, in RAM: without directory=, a dead actor's buffer was gone until someone loaded a save.
     root = tmp_path / "checkpoints"
     buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=100, checkpoint_dir=root, checkpoint_frames=10,
-                             max_restarts=1, samples_per_insert=1.0, error_buffer=100.0)  # fmt: skip
+                             max_restarts=1, samples_per_insert=1.0, error_buffer=100.0, layout=layout)  # fmt: skip
     assert buffer.checkpoint_report()["checkpoints"] == 0
     writer = buffer.writer(1)
     assert writer.segments == [0]
@@ -738,7 +768,8 @@ def test_checkpoints_every_few_seconds_only_when_something_changed_and_load_the_
 
 
 def test_save_load_after_the_actor_is_killed(tmp_path):
-    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6)
+    # The segments' layout: its save loads into memory-mapped segments too (the elastic layout's, into RAM only).
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=5, sampler="prioritized", seed=6, layout="segments")
     for t in range(7):
         buffer.add_batch(batch([t, 100 + t], 2))
     buffer.update_priorities(np.array([8, 9]), np.array([5.0, 0.0]))

@@ -20,6 +20,7 @@ from tfbuffers import prioritized, sampling, specs
 from tfbuffers.remote.ray.checkpoints import LIMITER_FILE, Checkpoints
 from tfbuffers.remote.ray.claims import Claims, WriterCalls
 from tfbuffers.remote.ray.cluster import cause_of, import_ray
+from tfbuffers.remote.ray.elastic import ElasticStore
 from tfbuffers.remote.ray.manifest import SEGMENT_DIRECTORY, save_segments, write_manifest
 from tfbuffers.remote.ray.rate_limiter import RateLimiter
 from tfbuffers.remote.ray.writer import WRITES
@@ -73,14 +74,7 @@ class RayHost(WriterCalls):
                 source = ["load", str(restored)]
         elif self.restarted:  # Ray restarted the actor after its process died: the directory holds every returned add
             source = ["open"]
-        self._segments: list[Any] = []
-        try:
-            for s in range(config["batch_size"]):
-                self._segments.append(make_segment(config, self._class, s, source))
-        except BaseException:
-            for segment in self._segments:
-                segment.close()
-            raise
+        self._store, self._segments = made_segments(config, self._class, source)
         samples_per_insert, error_buffer = config["ratio"] or (None, None)
         counts = limiter_counts(config["directory"], self._size(), source)
         if self._checkpoints is not None and self.restarted:  # from the last checkpoint, or empty before the first
@@ -245,7 +239,10 @@ class RayHost(WriterCalls):
                 limiter.samples += count
             # Nothing changes under the lock, so the batches are one draw of allowed * count windows: each
             # segment weighed and read once per call, not once per batch.
-            drawn = draw(self._segments, self._rng, self._backend, self._label, allowed * count, num_steps)
+            if self._store is not None:
+                drawn = self._store.draw(self._rng, allowed * count, num_steps)
+            else:
+                drawn = draw(self._segments, self._rng, self._backend, self._label, allowed * count, num_steps)
             self._changed.notify_all()
         return drawn
 
@@ -408,6 +405,24 @@ def limiter_counts(directory: str | None, size: int, source: list[str] | None) -
     counts = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(2,))
     counts[:] = [size, 0]
     return counts
+
+
+def made_segments(config: dict[str, Any], buffer_class: Any, source: list[str] | None) -> tuple[Any, list[Any]]:
+    """The buffer's store (the elastic layout's, or None) and its segments, new, reopened or loaded (`source`)."""
+    if config.get("layout") == "elastic":  # the segments share one storage (`tfbuffers.remote.ray.elastic`)
+        store = ElasticStore(config)
+        if source is not None:  # ["load", a saved buffer's or a checkpoint's directory]
+            store.load(pathlib.Path(source[1]))
+        return store, list(store.views)
+    segments: list[Any] = []
+    try:
+        for s in range(config["batch_size"]):
+            segments.append(make_segment(config, buffer_class, s, source))
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return None, segments
 
 
 def make_segment(config: dict[str, Any], buffer_class: Any, s: int, source: list[str] | None) -> Any:

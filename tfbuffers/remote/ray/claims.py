@@ -138,6 +138,7 @@ class WriterCalls:
     _written: list[int]  # the actor's add count at each segment's latest add (-1: none yet)
     _done: dict[tuple[str | None, int], int]  # (writer, segment) -> the writer's last add number stored there
     _adopting: set[str]  # dropped writers whose adds `adopt` holds
+    _store: Any  # the elastic layout's store (`ElasticStore`), None for segments of their own
     add: Callable[..., np.ndarray]
 
     def claim(self, num_envs: int, writer: str) -> tuple[list[int], list[int]]:
@@ -148,6 +149,9 @@ class WriterCalls:
             frames = [int(segment.num_frames()) for segment in self._segments]
             order = sorted(range(len(self._segments)), key=lambda s: (self._written[s], frames[s], s))
             segments = self._claims.claim(num_envs, writer, order)
+            if self._store is not None:  # a new writer's frames start a stream: no window reaches back
+                for s in segments:
+                    self._store.new_stream(s)
             for key in [key for key in self._done if key[1] in segments]:  # earlier writers' calls now refused
                 del self._done[key]
             return segments, [int(self._segments[s].storage.added) for s in segments]
@@ -163,6 +167,10 @@ class WriterCalls:
     def release(self, writer: str, how: str = "closed") -> None:
         """Frees the segments `writer` claimed (`how` its claim ended, for `writer_report`)."""
         with self._lock:
+            if self._store is not None:  # its stream ends: the buffer's own adds there start another
+                for s, holder in self._claims.holders().items():
+                    if holder == writer:
+                        self._store.new_stream(s)
             self._claims.release(writer, how)
 
     def claims(self) -> dict[int, str]:

@@ -45,19 +45,21 @@ NO_PRIORITIES = (
 class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
     """A replay buffer hosted by a Ray actor: many processes (and machines) add, any samples.
 
-    The frames live in one Ray actor, in `batch_size` segments of `max_length` frames (a
-    `PyUniformReplayBuffer` or `PyPrioritizedReplayBuffer` per segment, in RAM or memory-mapped under
-    `directory`). `add_batch` adds one frame to every segment, as the local buffers do; a process
-    that adds its own environments' frames claims segments of its own with `writer(num_envs)`, and
-    adds to those alone, at its own pace. Windows never leave a segment (nor, with
-    `episode_boundaries`, an episode), so frames of different writers never mix in a window; a
-    writer that dies stops only its own segments.
+    The frames live in one Ray actor, `capacity` of them shared by its `batch_size` segments, oldest
+    out whichever holds them (`layout="elastic"`); or in `batch_size` rings of `max_length` frames
+    (`layout="segments"`: a py buffer per segment, in RAM or memory-mapped under `directory`).
+    `add_batch` adds one frame to every segment, as the local buffers do; a process that adds its
+    own environments' frames claims segments of its own with `writer(num_envs)`, and adds to those
+    alone, at its own pace. Windows never leave a writer's stream (a segment, with segments; nor,
+    with `episode_boundaries`, an episode), so frames of different writers never mix in a window;
+    a writer that dies stops only its own segments.
 
-    A sample draws each segment with probability in proportion to the weight of the windows it can
-    draw (their count, uniform; the sum of their first frames' `priority ** priority_exponent`,
-    prioritized), then a window in it as its buffer does: the probabilities in `BufferInfo` are
-    exact. Ids are `add_number * batch_size + segment`, `add_number` counted per segment (the local
-    buffers' numbering when every segment has the same number of adds).
+    A sample draws among every stream's windows (elastic), or each segment with probability in
+    proportion to the weight of the windows it can draw (their count, uniform; the sum of their
+    first frames' `priority ** priority_exponent`, prioritized), then a window in it as its buffer
+    does: the probabilities in `BufferInfo` are exact either way. Ids are `add_number * batch_size +
+    segment`, `add_number` counted per segment (the local buffers' numbering when every segment has
+    the same number of adds).
 
     Rate limiting, when asked for, with Reverb's semantics: with `min_size_to_sample` a sample waits
     until the buffer holds that many frames (without, an empty buffer is refused at once, as the
@@ -108,6 +110,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_frames: int | None = None,
         checkpoint_seconds: float | None = None,
+        layout: str | None = None,
     ) -> None:
         """Creates the buffer's actor (and a local Ray cluster, if none is connected).
 
@@ -164,6 +167,11 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             a checkpoint is written (the actor's lock).
           checkpoint_frames: Frames stored between checkpoints; None: by time only.
           checkpoint_seconds: Seconds between checkpoints; None: by frames only.
+          layout: "elastic": the segments share the buffer's `capacity`, oldest frames out across all of them,
+            whatever the number of writers (`tfbuffers.remote.ray.elastic`); each claim of a segment starts
+            a new stream, and windows never cross from one stream into another. "segments": each segment
+            is a ring of `max_length` frames of its own (a segment no writer holds holds nothing). None:
+            "elastic", but with `directory=`, `frame_stacks` or a sampler factory, which it does not take yet.
 
         Raises:
           ImportError: If Ray cannot be imported.
@@ -190,6 +198,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             checkpoint_dir=checkpoint_dir,
             checkpoint_frames=checkpoint_frames,
             checkpoint_seconds=checkpoint_seconds,
+            layout=layout,
         )
         timeout = optional_seconds("timeout", timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)

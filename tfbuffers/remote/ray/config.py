@@ -16,6 +16,7 @@ from tfbuffers import state as state_lib
 from tfbuffers.remote.options import check_ratio, check_sampler, sampler_record
 from tfbuffers.remote.ray.checkpoints import CHECKPOINT_SECONDS
 from tfbuffers.remote.ray.cluster import NAMESPACE
+from tfbuffers.remote.ray.elastic import LAYOUTS
 from tfbuffers.remote.ray.manifest import Source
 from tfbuffers.replay_buffer import optional_positive_int
 
@@ -58,6 +59,7 @@ def actor_config(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_frames: int | None = None,
     checkpoint_seconds: float | None = None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
     """The actor's configuration (`RayHost(config)`) from `RayReplayBuffer`'s arguments, each checked.
 
@@ -115,6 +117,7 @@ def actor_config(
             f"max_restarts: expected 0 without directory= or checkpoint_dir= (a restarted actor reopens its "
             f"directory, which holds every add that returned, or loads its last checkpoint), got {max_restarts}"
         )
+    layout = check_layout(layout, sampler, frame_stacks, mapped)
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
     source: Source | None = None
@@ -165,9 +168,31 @@ def actor_config(
         "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir),
         "checkpoint_frames": checkpoint_frames,
         "checkpoint_seconds": checkpoint_seconds,
+        "layout": layout,
         "name": name or f"buffer-{uuid.uuid4().hex[:12]}",
         "source": None if source is None else [source.kind, str(source.path)],
     }
+
+
+def check_layout(layout: Any, sampler: Any, frame_stacks: Any, directory: Any) -> str:
+    """`layout` checked, or chosen (None): "elastic" unless an option it does not take yet is given.
+
+    Raises:
+      ValueError: For a layout other than `LAYOUTS`, or "elastic" with such an option, naming it.
+    """
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {list(LAYOUTS)} or None, got {layout!r}")
+    refused = {
+        "sampler": (sampler not in ("uniform", "prioritized"), "'uniform' or 'prioritized'", sampler),
+        "frame_stacks": (frame_stacks is not None, "None", frame_stacks),
+        "directory": (directory is not None, "None (it keeps its frames in RAM)", directory),
+    }
+    for name, (wrong, expected, received) in refused.items():
+        if wrong and layout == "elastic":
+            raise ValueError(f"{name}: expected {expected} with layout='elastic', got {received!r}")
+        if wrong:
+            return "segments"
+    return layout or "elastic"
 
 
 def optional_seconds(name: str, value: Any) -> float | None:

@@ -43,10 +43,16 @@ def write_manifest(directory: pathlib.Path, config: dict[str, Any], sampler: str
 
 
 def save_segments(segments: list[Any], directory: pathlib.Path, config: dict[str, Any], sampler: str) -> None:
-    """Each segment's file under `directory`, and the manifest (`sampler` as `write_manifest` records it)."""
+    """Each segment's file under `directory`, and the manifest (`sampler` as `write_manifest` records it).
+
+    The elastic layout's segments share one store (`tfbuffers.remote.ray.elastic`): its files instead.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    for s, segment in enumerate(segments):
-        segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
+    if config.get("layout") == "elastic":
+        segments[0].store.save(directory)
+    else:
+        for s, segment in enumerate(segments):
+            segment.save(directory / f"{SEGMENT_DIRECTORY.format(s)}.tfb", progress=False)
     write_manifest(directory, config, sampler)
 
 
@@ -74,5 +80,6 @@ def _arguments(manifest: dict[str, Any]) -> dict[str, Any]:
         "samples_per_insert": None if ratio is None else ratio[0],
         "error_buffer": None if ratio is None else ratio[1],
         "seed": manifest["seed"],
+        "layout": manifest.get("layout", "segments"),  # a manifest from before the elastic layout: segments
         **{key: manifest[key] for key in ("writer_lease", "max_restarts") if key in manifest},
     }

@@ -53,6 +53,7 @@ class Streams:
         self._next_stream = 0
         self._allocations = 0
         self.evicted = 0  # frames dropped to make room, over the buffer's life
+        self.freed: list[int] = []  # chunks evicted since its owner last read them (it clears the list)
 
     @property
     def num_chunks(self) -> int:
@@ -78,6 +79,14 @@ class Streams:
     def frames(self, stream: int) -> int:
         """Frames `stream` holds."""
         return self._stream(stream).frames
+
+    def dropped(self, stream: int) -> int:
+        """Frames `stream` lost to evictions: its oldest frame held is its frame number `dropped` (from 0)."""
+        return self._stream(stream).dropped
+
+    def holds(self, stream: int) -> bool:
+        """Whether `stream` is still known: open, or closed with frames held."""
+        return stream in self._streams
 
     def num_frames(self) -> int:
         """Frames the streams hold together."""
@@ -135,6 +144,7 @@ class Streams:
         self._owner[chunk] = FREE
         self._allocation[chunk] = FREE
         self._free.append(chunk)
+        self.freed.append(chunk)
         self._forget_if_done(owner)
 
     def _forget_if_done(self, stream: int) -> None:
@@ -184,7 +194,10 @@ class Streams:
 
     def windows(self, num_steps: int, step_types: np.ndarray | None = None) -> dict[int, int]:
         """How many windows of `num_steps` frames each stream can give (`starts`), for those that can give one."""
-        counts = {n: len(self.starts(n, num_steps, step_types)) for n in self._streams}
+        if step_types is None or num_steps == 1:
+            counts = {n: max(0, s.frames - num_steps + 1) for n, s in self._streams.items()}
+        else:
+            counts = {n: len(self.starts(n, num_steps, step_types)) for n in self._streams}
         return {n: count for n, count in counts.items() if count}
 
     def windows_at(
@@ -207,10 +220,10 @@ class Streams:
         offsets = indices - (ends[which] - sizes[which])
         if step_types is None:
             return numbers[which], offsets
-        starts = np.array(
-            [self.starts(int(n), num_steps, step_types)[o] for n, o in zip(numbers[which], offsets, strict=True)],
-            np.int64,
-        )
+        starts = np.empty(len(offsets), np.int64)
+        for at in np.unique(which).tolist():  # each stream's starts found once
+            mine = which == at
+            starts[mine] = self.starts(int(numbers[at]), num_steps, step_types)[offsets[mine]]
         return numbers[which], starts
 
     def no_starts(self, num_steps: int, step_types: np.ndarray | None = None) -> np.ndarray:
@@ -221,11 +234,26 @@ class Streams:
         """
         parts = []
         for n, s in self._streams.items():
-            if s.frames:
+            if s.frames and (step_types is None or num_steps == 1):  # its newest num_steps - 1 frames
+                parts.append(self.rows(n, np.arange(max(0, s.frames - num_steps + 1), s.frames))[:, 0])
+            elif s.frames:
                 kept = np.ones(s.frames, bool)
                 kept[self.starts(n, num_steps, step_types)] = False
                 parts.append(self.rows(n, np.flatnonzero(kept))[:, 0])
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    def positions(self, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(streams, frames) of held `rows`: the stream holding each, and its frame there, counted from its oldest."""
+        rows = np.asarray(rows, np.int64)
+        chunks = rows // self.chunk_rows
+        owners = self._owner[chunks]
+        if (owners == FREE).any():
+            raise ValueError(f"rows: expected rows of held chunks, got {rows}")
+        first = np.zeros(self.num_chunks, np.int64)  # each held chunk's first frame in its stream
+        for n in np.unique(owners).tolist():
+            held = np.fromiter(self._streams[n].chunks, np.int64)
+            first[held] = np.cumsum(self._rows[held]) - self._rows[held]
+        return owners, first[chunks] + rows % self.chunk_rows
 
     def ids(self, rows: Any) -> np.ndarray:
         """The ids of the frames in `rows` (held rows only)."""
@@ -273,18 +301,23 @@ class Streams:
     def restored(cls, state: dict[str, Any]) -> Streams:
         """The streams whose `state()` this is."""
         made = cls(int(state["capacity"]), int(state["chunk_rows"]))
-        made._allocations, made._next_stream = int(state["allocations"]), int(state["next_stream"])
-        made.evicted = int(state["evicted"])
-        made._allocation = np.asarray(state["allocation"], np.int64)
-        made._allocated = collections.deque(int(c) for c in state["allocated"])
+        made.restore(state)
+        return made
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Takes the map `state()` gave (of the same capacity and chunks)."""
+        self._allocations, self._next_stream = int(state["allocations"]), int(state["next_stream"])
+        self.evicted = int(state["evicted"])
+        self._allocation = np.asarray(state["allocation"], np.int64)
+        self._allocated = collections.deque(int(c) for c in state["allocated"])
+        self._owner[:] = FREE
+        self._streams = {}
         for key, saved in state["streams"].items():
             stream = _Stream(collections.deque(int(c) for c in saved["chunks"]), int(saved["filled"]),
                              int(saved["frames"]), int(saved["dropped"]), bool(saved["open"]))  # fmt: skip
-            made._streams[int(key)] = stream
-            made._owner[list(stream.chunks)] = int(key)
-        made._free = collections.deque(c for c in range(made.num_chunks) if made._owner[c] == FREE)
-        return made
-
+            self._streams[int(key)] = stream
+            self._owner[list(stream.chunks)] = int(key)
+        self._free = collections.deque(c for c in range(self.num_chunks) if self._owner[c] == FREE)
 
 REDRAWS = 4
 """Prioritized draws that land on a row starting no window are drawn again this many times, then exactly."""
