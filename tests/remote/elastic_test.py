@@ -110,8 +110,8 @@ def test_ids_name_their_frames_across_streams_and_evicted_ones_are_skipped():
     b = Writer(actor, "b")
     b.add(range(100, 120))  # 50 in 40: a's 10 oldest frames go (chunks of 1 row)
     assert xs(actor, a.segment) == list(range(10, 30))
-    skipped = actor.update_priorities(np.array([ids[0], ids[9], ids[10], ids[29]]), np.array([5.0, 5.0, 0.0, 7.0]))
-    assert skipped == 2
+    given = np.array([ids[0], ids[9], ids[10], ids[29], ids[10]]), np.array([5.0, 5.0, 3.0, 7.0, 0.0])
+    assert actor.update_priorities(*given) == 2  # ids[0] and ids[9] evicted; ids[10] twice: its last priority, 0
     leaves, _, probabilities = actor.sample(4000, None, 1, None)
     drawn = leaves[0]
     assert 10 not in drawn and set(drawn.tolist()) <= {*range(11, 30), *range(100, 120)}

@@ -24,8 +24,8 @@ class Stored:
         self.appended[stream] = []
         return stream
 
-    def add(self, stream, codes):
-        rows = self.streams.append(stream, len(codes))
+    def add(self, stream, codes, step_types=None):
+        rows = self.streams.append(stream, len(codes), step_types)
         self.storage[rows] = codes
         self.appended[stream].extend(codes)
         return rows
@@ -221,25 +221,61 @@ def test_prioritized_draws_follow_the_starts_priorities_exactly(newest_weight):
 def test_with_step_types_windows_stay_within_episodes():
     stored = Stored(12, 2)
     a, b = stored.open(), stored.open()
-    types = np.full(12, 1, np.int32)  # MID
-    rows_a = stored.add(a, [0, 1, 2, 3, 4, 5])
-    types[rows_a] = [0, 1, 2, 0, 1, 1]  # an episode ends at frame 2, the next starts at 3
-    rows_b = stored.add(b, [10, 11, 12, 13])
-    types[rows_b] = [1, 1, 0, 1]  # a FIRST at frame 2: a boundary before it
-    assert stored.streams.starts(a, 2, types).tolist() == [0, 1, 3, 4]
-    assert stored.streams.starts(b, 2, types).tolist() == [0, 2]
-    assert stored.streams.starts(a, 3, types).tolist() == [0, 3]
-    assert stored.streams.windows(3, types) == {a: 2}
-    streams, starts = stored.streams.windows_at(np.arange(6), 2, types)
+    rows_a = stored.add(a, [0, 1, 2, 3, 4, 5], [0, 1, 2, 0, 1, 1])  # an episode ends at frame 2, the next starts at 3
+    rows_b = stored.add(b, [10, 11], [1, 1])
+    rows_b = np.concatenate([rows_b, stored.add(b, [12, 13], [0, 1])])  # a FIRST at frame 2: a boundary before it
+    assert stored.streams.starts(a, 2, episodes=True).tolist() == [0, 1, 3, 4]
+    assert stored.streams.starts(b, 2, episodes=True).tolist() == [0, 2]
+    assert stored.streams.starts(a, 3, episodes=True).tolist() == [0, 3]
+    assert stored.streams.windows(3, episodes=True) == {a: 2}
+    streams, starts = stored.streams.windows_at(np.arange(6), 2, episodes=True)
     assert list(zip(streams.tolist(), starts.tolist(), strict=True)) == [(a, 0), (a, 1), (a, 3), (a, 4), (b, 0), (b, 2)]
-    assert stored.streams.windows(2) == {a: 5, b: 3}  # without step types: every consecutive pair
+    assert stored.streams.windows(2) == {a: 5, b: 3}  # without episodes: every consecutive pair
 
-    excluded = stored.streams.no_starts(2, types)
+    excluded = stored.streams.no_starts(2, episodes=True)
     assert sorted(excluded.tolist()) == sorted([rows_a[2], rows_a[5], rows_b[1], rows_b[3]])
     priorities = np.zeros(12)
     priorities[rows_a], priorities[rows_b] = 1.0, 2.0
     tree = _sum_tree.build(priorities, 12)
-    rows, probabilities = draw_prioritized(stored.streams, tree, priorities, np.random.default_rng(0), 1_000, 2, types)
+    rows, probabilities = draw_prioritized(stored.streams, tree, priorities, np.random.default_rng(0), 1_000, 2, True)
     starts = {*rows_a[[0, 1, 3, 4]].tolist(), *rows_b[[0, 2]].tolist()}
     assert set(rows.tolist()) == starts
     np.testing.assert_array_equal(probabilities, priorities[rows] / 8.0)  # 4 starts of 1, 2 of 2
+
+
+def test_episode_starts_kept_as_frames_come_and_go_match_the_step_types_read_whole():
+    # The boundaries are kept as frames are appended and evicted; read whole, the held frames' step types say the
+    # same starts: no boundary inside a window (after a LAST, before a FIRST).
+    rng = np.random.default_rng(5)
+    stored = Stored(60, 4)
+    types_of = {}  # stream -> every step type it appended
+    streams = [stored.open() for _ in range(3)]
+    for stream in streams:
+        types_of[stream] = []
+    for _ in range(300):
+        stream = streams[rng.integers(len(streams))]
+        count = int(rng.integers(1, 6))
+        types = rng.choice([0, 1, 1, 1, 2], size=count)
+        stored.add(stream, list(range(count)), types)
+        types_of[stream].extend(types.tolist())
+        if rng.random() < 0.05:  # a writer leaves, another comes
+            stored.streams.close(stream)
+            streams[streams.index(stream)] = new = stored.open()
+            types_of[new] = []
+        for n in stored.streams.streams():
+            held = np.array(types_of[n][stored.streams.dropped(n) :], np.int64)
+            for num_steps in (1, 2, 3, 5):
+                boundary = np.concatenate([[0], np.cumsum((held[:-1] == 2) | (held[1:] == 0))]) if held.size else held
+                expected = [f for f in range(held.size - num_steps + 1) if boundary[f + num_steps - 1] == boundary[f]]
+                assert stored.streams.starts(n, num_steps, episodes=True).tolist() == expected
+        counts = stored.streams.windows(3, episodes=True)
+        assert counts == {n: len(stored.streams.starts(n, 3, True)) for n in counts}
+        total = sum(counts.values())
+        if total:
+            numbered, starts = stored.streams.windows_at(np.arange(total), 3, episodes=True)
+            every = [(n, f) for n in counts for f in stored.streams.starts(n, 3, True).tolist()]
+            assert list(zip(numbered.tolist(), starts.tolist(), strict=True)) == every
+    state = json.loads(json.dumps(stored.streams.state()))
+    restored = Streams.restored(state)
+    for n in stored.streams.streams():
+        assert restored.starts(n, 3, True).tolist() == stored.streams.starts(n, 3, True).tolist()

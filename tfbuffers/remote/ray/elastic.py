@@ -65,7 +65,7 @@ class ElasticStore:
         self._streams = Streams(capacity, chunk_rows(capacity, self.segments))
         self._storage = storage.make(None, self._fields, capacity)
         self._step_field = _step_type_field(self._fields, config["episode_boundaries"])
-        self._types = None if self._step_field is None else np.zeros(capacity, np.int64)
+        self._episodes = self._step_field is not None  # the streams keep their episodes' boundaries
         self._slot = np.full(capacity, -1, np.int64)  # each row's segment, and its add number there
         self._number = np.full(capacity, -1, np.int64)
         self.added = [0] * self.segments  # each segment's adds since the last clear, across its streams
@@ -94,13 +94,12 @@ class ElasticStore:
         if stream is None:
             stream = self._open[segment] = self._streams.open()
             self._history[segment].append((self.added[segment], stream))
-        row = int(self._streams.append(stream, 1)[0])
+        types = None if self._step_field is None else leaves[self._step_field].reshape(1)
+        row = int(self._streams.append(stream, 1, types)[0])
         self._forget_freed()
         self._storage.write_block(row, leaves)
         number = self.added[segment]
         self._slot[row], self._number[row] = segment, number
-        if self._types is not None and self._step_field is not None:
-            self._types[row] = int(leaves[self._step_field][0])
         if self.prioritized:
             self._set([row], np.array([self.largest]))
         self.added[segment] = number + 1
@@ -118,10 +117,11 @@ class ElasticStore:
                 self._set(rows, np.zeros(len(rows)))
 
     def _set(self, rows: Any, priorities: np.ndarray) -> None:
+        """Sets the priorities of distinct `rows`, and their weights in the sum tree."""
         rows = np.asarray(rows, np.int64)
-        weights = leaf_weights(priorities, self._exponent)
+        weights = np.asarray(leaf_weights(priorities, self._exponent), np.float64)
         self._priorities[rows], self._weights[rows] = priorities, weights
-        _sum_tree.update_numpy(self._tree, self._streams.capacity, rows, np.asarray(weights, np.float64))
+        _sum_tree.update_numpy(self._tree, self._streams.capacity, rows, weights, distinct=True)
 
     def clear(self) -> None:
         """Empties every stream; the segments count their adds from 0 again (as a segment's `clear`)."""
@@ -177,7 +177,7 @@ class ElasticStore:
         held = rows >= 0
         if held.any():
             given = np.asarray(priorities, np.float64)[held]
-            self._set(rows[held], given)
+            self._set(*_sum_tree.NUMPY.last_of_each(rows[held], given))  # a repeated id: its last priority
             self.largest = max(self.largest, float(given.max()))
         return int((~held).sum())
 
@@ -193,22 +193,22 @@ class ElasticStore:
         streams = self._streams
         if not streams.num_frames():
             raise ValueError(EMPTY.format(buffer=self._label))
-        windows = streams.windows(steps, self._types)
+        windows = streams.windows(steps, self._episodes)
         if not windows:
             longest = max(streams.frames(n) for n in streams.streams())
-            episodes = " within one episode" if self._types is not None else ""
+            episodes = " within one episode" if self._episodes else ""
             raise ValueError(NO_WINDOW.format(buffer=self._label, num_steps=steps, episodes=episodes, longest=longest))
         if self.prioritized:
             try:
                 starts, probabilities = draw_prioritized(
-                    streams, self._tree, self._weights, rng, count, steps, self._types
+                    streams, self._tree, self._weights, rng, count, steps, self._episodes
                 )  # fmt: skip
             except ValueError:
                 raise ValueError(NO_PRIORITY.format(buffer=self._label)) from None
             owners, frames = streams.positions(starts)
         else:
             total = sum(windows.values())
-            owners, frames = streams.windows_at(rng.integers(total, size=count), steps, self._types)
+            owners, frames = streams.windows_at(rng.integers(total, size=count), steps, self._episodes)
             probabilities = np.full(count, 1.0 / total)
         rows = np.empty((count, steps), np.int64)
         for n in np.unique(owners).tolist():
@@ -227,8 +227,6 @@ class ElasticStore:
 
         arrays = {f"field-{i}": np.ascontiguousarray(rows) for i, rows in enumerate(self._storage.copies())}
         arrays.update(segment=self._slot, number=self._number, priority=self._priorities)
-        if self._types is not None:
-            arrays["step_type"] = self._types
         directory.mkdir(parents=True, exist_ok=True)
         save_file(arrays, str(directory / ROWS_FILE))
         layout = {
@@ -268,8 +266,6 @@ class ElasticStore:
                     for i, field in enumerate(self._fields)}  # fmt: skip
         expected.update(segment=((capacity,), np.int64), number=((capacity,), np.int64))
         expected["priority"] = ((capacity,), np.float64)
-        if self._types is not None:
-            expected["step_type"] = ((capacity,), np.int64)
         for name, (shape, dtype) in expected.items():
             array = arrays.get(name)
             if array is None or array.shape != tuple(shape) or array.dtype != dtype:
@@ -280,8 +276,6 @@ class ElasticStore:
         self._storage.replace([arrays[f"field-{i}"] for i in range(len(self._fields))])
         self._streams = streams
         self._slot[:], self._number[:] = arrays["segment"], arrays["number"]
-        if self._types is not None:
-            self._types[:] = arrays["step_type"]
         self.added = [int(a) for a in layout["added"]]
         for n in layout["open"]:  # the frames after the save are not here: a writer's next add starts a stream
             if n is not None:

@@ -32,6 +32,8 @@ class _Stream:
     frames: int = 0  # frames it holds
     dropped: int = 0  # frames it lost to evictions
     open: bool = True
+    cuts: collections.deque[int] = dataclasses.field(default_factory=collections.deque)  # episode boundaries
+    last: bool = False  # its newest frame is an episode's LAST
 
 
 class Streams:
@@ -92,16 +94,28 @@ class Streams:
         """Frames the streams hold together."""
         return sum(s.frames for s in self._streams.values())
 
-    def append(self, stream: int, count: int) -> np.ndarray:
+    def append(self, stream: int, count: int, step_types: Any = None) -> np.ndarray:
         """The rows of `count` new frames at the end of `stream`, in order; chunks taken, or evicted, as needed.
 
-        A count larger than the capacity is refused: its first frames would be evicted by its last ones.
+        `step_types`: the new frames' TF-Agents step types, for windows within episodes (`starts(episodes=True)`):
+        an episode boundary lies before a FIRST frame and after a LAST one. A count larger than the capacity is
+        refused: its first frames would be evicted by its last ones.
         """
         s = self._stream(stream)
         if not s.open:
             raise ValueError(f"stream {stream}: closed, it takes no more frames")
         if not 0 <= count <= self.capacity:
             raise ValueError(f"count: expected an int in [0, capacity={self.capacity}], got {count}")
+        if step_types is not None:
+            types = np.asarray(step_types).reshape(-1).tolist()
+            if len(types) != count:
+                raise ValueError(f"step_types: expected {count} step type(s), one per frame, got {len(types)}")
+            number, last = s.dropped + s.frames, s.last  # the first new frame's number in the stream
+            for step_type in types:
+                if last or step_type == FIRST:
+                    s.cuts.append(number)
+                number, last = number + 1, step_type == LAST
+            s.last = last
         rows = np.empty(count, np.int64)
         written = 0
         while written < count:
@@ -140,6 +154,8 @@ class Streams:
             s.filled = 0
         s.frames -= lost
         s.dropped += lost
+        while s.cuts and s.cuts[0] <= s.dropped:  # a boundary before its oldest frame held bounds nothing now
+            s.cuts.popleft()
         self.evicted += lost
         self._owner[chunk] = FREE
         self._allocation[chunk] = FREE
@@ -177,38 +193,50 @@ class Streams:
         offsets = frames - (ends[which] - self._rows[chunks[which]])
         return chunks[which] * self.chunk_rows + offsets
 
-    def starts(self, stream: int, num_steps: int, step_types: np.ndarray | None = None) -> np.ndarray:
+    def _valid(self, s: _Stream, num_steps: int, episodes: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The frames of `s` starting a window of `num_steps`, as intervals `[low, high)`, in order.
+
+        Within episodes, the starts whose window holds a boundary are left out: for a boundary before frame
+        `c`, the starts `c - num_steps + 1` to `c - 1`. O(the stream's boundaries), whatever its frames.
+        """
+        limit = s.frames - num_steps + 1
+        if limit <= 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        cuts = np.fromiter(s.cuts, np.int64, len(s.cuts)) - s.dropped if episodes and num_steps > 1 else None
+        if cuts is None or not cuts.size:
+            return np.array([0]), np.array([limit])
+        low, reach = np.maximum(cuts - num_steps + 1, 0), np.maximum.accumulate(cuts)  # the left-out intervals
+        begins = np.flatnonzero(np.concatenate([[True], low[1:] > reach[:-1]]))  # where a merged one begins
+        ends = np.concatenate([begins[1:] - 1, [len(cuts) - 1]])
+        valid_low = np.concatenate([[0], reach[ends]])
+        valid_high = np.minimum(np.concatenate([low[begins], [limit]]), limit)
+        kept = valid_high > valid_low
+        return valid_low[kept], valid_high[kept]
+
+    def starts(self, stream: int, num_steps: int, episodes: bool = False) -> np.ndarray:
         """The frames of `stream` (counted from its oldest) that start a window of `num_steps` frames.
 
-        With `step_types` (TF-Agents' step type of each row's frame), only windows within one episode: none
-        with a boundary inside, after a LAST frame or before a FIRST one.
+        `episodes`: only windows within one episode (the step types given to `append`).
         """
-        frames = self._stream(stream).frames
-        starts = np.arange(max(0, frames - num_steps + 1))
-        if step_types is None or num_steps == 1 or not starts.size:
-            return starts
-        types = step_types[self.rows(stream, np.arange(frames))[:, 0]]
-        boundary = (types[:-1] == LAST) | (types[1:] == FIRST)  # between frame i and i + 1
-        crossed = np.concatenate([[0], np.cumsum(boundary)])
-        return starts[crossed[starts + num_steps - 1] == crossed[starts]]
+        low, high = self._valid(self._stream(stream), num_steps, episodes)
+        parts = [np.arange(a, b) for a, b in zip(low.tolist(), high.tolist(), strict=True)]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    def windows(self, num_steps: int, step_types: np.ndarray | None = None) -> dict[int, int]:
+    def windows(self, num_steps: int, episodes: bool = False) -> dict[int, int]:
         """How many windows of `num_steps` frames each stream can give (`starts`), for those that can give one."""
-        if step_types is None or num_steps == 1:
-            counts = {n: max(0, s.frames - num_steps + 1) for n, s in self._streams.items()}
-        else:
-            counts = {n: len(self.starts(n, num_steps, step_types)) for n in self._streams}
+        counts = {}
+        for n, s in self._streams.items():
+            low, high = self._valid(s, num_steps, episodes)
+            counts[n] = int((high - low).sum())
         return {n: count for n, count in counts.items() if count}
 
-    def windows_at(
-        self, indices: Any, num_steps: int, step_types: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def windows_at(self, indices: Any, num_steps: int, episodes: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(streams, starts) of the windows numbered `indices` among all `num_steps`-frame windows.
 
         Windows are numbered stream by stream, in the order of `windows(num_steps)`, each stream's from its oldest
         frame: a uniform index in [0, total) is a uniform window, each drawn with probability 1 / total.
         """
-        counts = self.windows(num_steps, step_types)
+        counts = self.windows(num_steps, episodes)
         numbers = np.fromiter(counts, np.int64, len(counts))
         sizes = np.fromiter(counts.values(), np.int64, len(counts))
         ends = np.cumsum(sizes)
@@ -218,28 +246,30 @@ class Streams:
             raise ValueError(f"indices: expected window numbers in [0, {total}), got {indices}")
         which = np.searchsorted(ends, indices, side="right")
         offsets = indices - (ends[which] - sizes[which])
-        if step_types is None:
-            return numbers[which], offsets
         starts = np.empty(len(offsets), np.int64)
-        for at in np.unique(which).tolist():  # each stream's starts found once
+        for at in np.unique(which).tolist():  # each stream's intervals found once
             mine = which == at
-            starts[mine] = self.starts(int(numbers[at]), num_steps, step_types)[offsets[mine]]
+            low, high = self._valid(self._streams[int(numbers[at])], num_steps, episodes)
+            before = np.cumsum(high - low)  # starts in the intervals up to each one
+            interval = np.searchsorted(before, offsets[mine], side="right")
+            starts[mine] = low[interval] + offsets[mine] - (before[interval] - (high - low)[interval])
         return numbers[which], starts
 
-    def no_starts(self, num_steps: int, step_types: np.ndarray | None = None) -> np.ndarray:
+    def no_starts(self, num_steps: int, episodes: bool = False) -> np.ndarray:
         """Rows of held frames that start no window of `num_steps` (`starts`).
 
-        A stream's newest `num_steps - 1` frames, and with `step_types` those whose window would cross an episode
-        boundary.
+        A stream's newest `num_steps - 1` frames, and within episodes those whose window would hold a boundary.
         """
         parts = []
         for n, s in self._streams.items():
-            if s.frames and (step_types is None or num_steps == 1):  # its newest num_steps - 1 frames
-                parts.append(self.rows(n, np.arange(max(0, s.frames - num_steps + 1), s.frames))[:, 0])
-            elif s.frames:
-                kept = np.ones(s.frames, bool)
-                kept[self.starts(n, num_steps, step_types)] = False
-                parts.append(self.rows(n, np.flatnonzero(kept))[:, 0])
+            if not s.frames:
+                continue
+            low, high = self._valid(s, num_steps, episodes)
+            gap_low = np.concatenate([[0], high])  # the frames between the intervals, and after the last
+            gap_high = np.concatenate([low, [s.frames]])
+            frames = [np.arange(a, b) for a, b in zip(gap_low.tolist(), gap_high.tolist(), strict=True) if b > a]
+            if frames:
+                parts.append(self.rows(n, np.concatenate(frames))[:, 0])
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     def positions(self, rows: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -292,7 +322,7 @@ class Streams:
             "allocation": self._allocation.tolist(),
             "streams": {
                 str(n): {"chunks": list(s.chunks), "filled": s.filled, "frames": s.frames, "dropped": s.dropped,
-                         "open": s.open}
+                         "open": s.open, "cuts": list(s.cuts), "last": s.last}
                 for n, s in self._streams.items()
             },
         }  # fmt: skip
@@ -314,10 +344,12 @@ class Streams:
         self._streams = {}
         for key, saved in state["streams"].items():
             stream = _Stream(collections.deque(int(c) for c in saved["chunks"]), int(saved["filled"]),
-                             int(saved["frames"]), int(saved["dropped"]), bool(saved["open"]))  # fmt: skip
+                             int(saved["frames"]), int(saved["dropped"]), bool(saved["open"]),
+                             collections.deque(int(c) for c in saved["cuts"]), bool(saved["last"]))  # fmt: skip
             self._streams[int(key)] = stream
             self._owner[list(stream.chunks)] = int(key)
         self._free = collections.deque(c for c in range(self.num_chunks) if self._owner[c] == FREE)
+
 
 REDRAWS = 4
 """Prioritized draws that land on a row starting no window are drawn again this many times, then exactly."""
@@ -330,19 +362,19 @@ def draw_prioritized(
     rng: np.random.Generator,
     count: int,
     num_steps: int,
-    step_types: np.ndarray | None = None,
+    episodes: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(rows, probabilities) of `count` window starts drawn in proportion to their rows' priorities.
 
     `priorities`: every row's (0 for rows holding no frame), and `tree` the sum tree over them
     (`tfbuffers.sampling._sum_tree`). Rows starting no window (`Streams.no_starts`) are left out: a draw that lands
     on one is drawn again (rejection keeps the others' proportions exactly), `REDRAWS` times, then among the
-    window starts by a running sum. With `step_types`, windows within one episode only (`Streams.starts`). A
+    window starts by a running sum. With `episodes`, windows within one episode only (`Streams.starts`). A
     start's probability is its priority over the window starts' total.
     """
     from tfbuffers.sampling import _sum_tree
 
-    excluded = streams.no_starts(num_steps, step_types)
+    excluded = streams.no_starts(num_steps, episodes)
     total = float(tree[1, _sum_tree.SUM]) - float(priorities[excluded].sum())
     if not total > 0:
         raise ValueError(f"num_steps={num_steps}: no window of the buffer has a priority above 0")
