@@ -142,6 +142,29 @@ MUTATIONS = (
         "subset",
     ),
     Mutation(
+        id="elastic-stream-goes-on",
+        description="Ray's elastic layout: a new claim of a segment does not end the last writer's stream, so windows "
+        "join one writer's frames to the next one's",
+        file="tfbuffers/remote/ray/elastic.py",
+        old="        if stream is not None:\n            self._streams.close(stream)\n"
+        "            self._open[segment] = None\n",
+        new="        pass\n",
+        catches="tests/remote/elastic_test.py::test_a_new_writer_on_a_segment_starts_a_stream_no_window_crosses_into "
+        "(a window (8, 9, 100) is drawn)",
+        tests=("tests/remote/elastic_test.py", "tests/remote/streams_test.py"),
+    ),
+    Mutation(
+        id="elastic-window-count-off-by-one",
+        description="Streams.windows: a stream gives one window more than its frames hold, so uniform probabilities "
+        "are 1 / (windows + streams) and the last index reads past the newest frame",
+        file="tfbuffers/remote/ray/streams.py",
+        old="limit = s.frames - num_steps + 1",
+        new="limit = s.frames - num_steps + 2",
+        catches="tests/remote/streams_test.py::test_windows_stay_within_one_stream (a window past the newest frame), "
+        "and tests/remote/elastic_test.py (probabilities 1 / 16 and the windows drawn)",
+        tests=("tests/remote/elastic_test.py", "tests/remote/streams_test.py"),
+    ),
+    Mutation(
         id="ray-segment-claimed-twice",
         description="Ray claims: free segments tested against the writers' tokens, not the claimed segments, "
         "so a second writer claims segments already held; slow ray_replay_buffer_test only: runs two of its tests",

@@ -34,7 +34,7 @@ def files(root: pathlib.Path) -> dict[str, bytes]:
 def test_ids_are_unique_slugs_and_each_mutation_says_what_it_breaks_and_what_catches_it():
     ids = [mutation.id for mutation in MUTATIONS]
     assert len(set(ids)) == len(ids)
-    assert 8 <= len(ids) <= 10
+    assert 8 <= len(ids) <= 12  # a list a `make mutations` run gets through in about 20 minutes
     for mutation in MUTATIONS:
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", mutation.id), mutation.id
         assert mutation.description and "\n" not in mutation.description, mutation.id

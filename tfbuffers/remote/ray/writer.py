@@ -273,7 +273,7 @@ class RayWriter:
     actor (a closed buffer) is raised by the next call, naming the adds not stored.
 
     `close()` (or leaving `with`) flushes and releases the segments: another writer may claim them
-    and go on adding to their rings. A writer dropped without `close()` (as TF-Agents observers
+    and go on adding to them. A writer dropped without `close()` (as TF-Agents observers
     drop theirs) hands its adds to the actor, which stores them and releases the segments. A
     claim is a lease, renewed by a thread of this process: a writer whose process dies (or its Ray
     actor) gives its segments up once the lease (`writer_lease`, 30 s) runs out, losing the adds it

@@ -2,7 +2,7 @@
 
 `REVERB_KIND` (on a stack where dm-reverb imports) and `RAY_KIND` (where Ray does) run the contract as the local
 kinds do; the cases their design does not support are skipped with the reason (`REVERB_SKIPS`, `RAY_SKIPS`):
-the Reverb buffer stores items, not a ring, and the Ray buffer's rings are read by draws only.
+the Reverb buffer stores items, not a ring, and the Ray buffer's frames are read by draws only.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ _RAY_ORDER = (
     "access by index (sample_all, get_item, sample_by_index)"
 )
 # The contract's cases the Ray buffer does not support, by test function, and why. Every other case runs on it, on a
-# real local cluster: its frames are rings of segments, as the local buffers' are.
+# real local cluster, on its default layout (elastic: the segments share one storage, oldest frames out).
 RAY_SKIPS = {
     "test_sampling_too_few_frames_raises": (
         "Ray: its refusals name the actor (RayReplayBuffer 'name' is empty ...), for a learner that reads several; "
