@@ -121,6 +121,27 @@ def test_ids_name_their_frames_across_streams_and_evicted_ones_are_skipped():
     assert abs(np.mean(drawn == 29) - 7 / 45) < 0.03
 
 
+def test_priorities_reach_each_ids_frame_across_a_segments_streams_in_any_order():
+    # One segment held by three writers in turn (three streams), the oldest 10 frames evicted: every id given
+    # at once, shuffled, reaches its own frame (one searchsorted per segment), the evicted ones are counted.
+    actor = host(capacity=40, batch_size=1, sampler="prioritized")
+    values, ids = [], []
+    for token, first, count in (("w1", 0, 15), ("w2", 100, 15), ("w3", 200, 20)):
+        writer = Writer(actor, token)
+        values += list(range(first, first + count))
+        ids += writer.add(range(first, first + count))
+        writer.close()
+    assert ids == list(range(50)) and xs(actor, 0) == values[10:]
+    order = np.random.default_rng(0).permutation(50)
+    given = np.concatenate([[ids[20]], np.asarray(ids)[order]])  # ids[20] twice: its last priority counts
+    priorities = np.concatenate([[1000.0], np.asarray(values, np.float64)[order] + 1])
+    assert actor.update_priorities(given, priorities) == 10
+    leaves, drawn_ids, probabilities = actor.sample(3000, None, 1, None)
+    held = np.asarray(values[10:], np.float64) + 1
+    np.testing.assert_array_equal(drawn_ids, np.asarray(ids)[np.searchsorted(values, leaves[0])])
+    np.testing.assert_allclose(probabilities, np.float32((leaves[0] + 1) / held.sum()), rtol=1e-6)
+
+
 def test_prioritized_windows_never_start_in_a_streams_newest_frames():
     actor = host(capacity=20, batch_size=2, sampler="prioritized")
     a, b = Writer(actor, "a"), Writer(actor, "b")

@@ -315,10 +315,10 @@ class Actor:
     def segments(self):
         return self.writer.segments
 
-    def run(self, steps, pause=0.0):
+    def run(self, steps, pause=0.0, first=0):
         envs = np.array(self.writer.segments)
         returned = []
-        for step in range(steps):
+        for step in range(first, first + steps):
             self.writer.add_batch(traced(self.id, envs, step))
             returned.append(step)
             time.sleep(pause)
@@ -338,18 +338,17 @@ def test_actor_processes_add_while_a_learner_samples_and_updates_priorities():
     assert sorted(sum(segments, [])) == list(range(6))
     with pytest.raises(ValueError, match="num_envs: expected at most the 0 free segment"):
         buffer.writer(1)
-    runs = [actor.run.remote(30) for actor in actors]
+    assert [len(steps) for steps in ray.get([actor.run.remote(10) for actor in actors])] == [10, 10, 10]
+    # Windows within episodes exist now: the learner samples and updates while the next 20 steps are added
+    # (at least once, however fast the actors are on a loaded machine).
+    runs = [actor.run.remote(20, first=10) for actor in actors]
     sampled = 0
-    while not all(ray.wait([run], timeout=0)[0] for run in runs):
-        try:
-            items, info = buffer.get_next(sample_batch_size=16, num_steps=2)
-        except tf.errors.InvalidArgumentError:  # no window of two frames within an episode yet
-            continue
+    while not sampled or not all(ray.wait([run], timeout=0)[0] for run in runs):
+        items, info = buffer.get_next(sample_batch_size=16, num_steps=2)
         check_windows(items, 2)
         buffer.update_priorities(np.asarray(info.ids)[:, 0], np.asarray(items["obs"])[:, 0, 0] % 7 + 1)
         sampled += 1
-    assert [len(steps) for steps in ray.get(runs)] == [30, 30, 30]
-    assert sampled > 0
+    assert [len(steps) for steps in ray.get(runs)] == [20, 20, 20]
     for writer, owned in enumerate(segments):  # every frame traced: none lost, none duplicated, none misplaced
         for env in owned:
             frames = buffer.gather_segment(env)

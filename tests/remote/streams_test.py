@@ -96,18 +96,18 @@ def test_windows_stay_within_one_stream():
         assert (codes // 100 == s).all() and (np.diff(codes, axis=1) == 1).all()
 
 
-def test_ids_name_frames_and_stale_ids_are_found_stale():
-    stored = Stored(4, 2)
-    stream = stored.open()
-    rows = stored.add(stream, [0, 1, 2])
-    ids = stored.streams.ids(rows)
-    assert ids.tolist() == [0, 1, 2]  # allocations 0 and 1, chunks of 2
-    np.testing.assert_array_equal(stored.streams.rows_of(ids), rows)
-    assert stored.streams.rows_of([3, 4, -1]).tolist() == [-1, -1, -1]  # not written yet, never allocated, bad
-    new_rows = stored.add(stream, [3, 4])  # the first chunk goes to the new frame 4
-    assert stored.streams.rows_of(ids).tolist() == [-1, -1, rows[2]]
-    assert stored.streams.ids(new_rows).tolist() == [3, 4]  # allocation 2 reuses chunk 0: id 4, row 0
-    assert stored.streams.rows_of([4]).tolist() == [0] and stored.storage[0] == 4
+def test_positions_name_each_rows_stream_and_frame_and_follow_evictions():
+    stored = Stored(6, 2)
+    a, b = stored.open(), stored.open()
+    rows_a = stored.add(a, [0, 1, 2])  # chunks 0 and 1 (half)
+    rows_b = stored.add(b, [10])  # chunk 2
+    streams, frames = stored.streams.positions(np.concatenate([rows_a, rows_b]))
+    assert streams.tolist() == [a, a, a, b] and frames.tolist() == [0, 1, 2, 0]
+    stored.add(b, [11, 12])  # b's second chunk is a's first, the oldest: a keeps its frame 2, now its frame 0
+    streams, frames = stored.streams.positions(rows_a[2:])
+    assert streams.tolist() == [a] and frames.tolist() == [0]
+    streams, frames = stored.streams.positions(stored.streams.rows(b, np.arange(3))[:, 0])
+    assert streams.tolist() == [b] * 3 and frames.tolist() == [0, 1, 2]
 
 
 def test_a_stream_closed_keeps_its_frames_until_evicted_and_is_then_forgotten():
@@ -131,7 +131,7 @@ def test_a_stream_closed_keeps_its_frames_until_evicted_and_is_then_forgotten():
         (lambda s, n: s.append(n, 5), r"count: expected an int in \[0, capacity=4\], got 5"),
         (lambda s, n: s.append(n, -1), r"count: expected an int in \[0, capacity=4\], got -1"),
         (lambda s, n: s.rows(n, [1], 2), r"starts: expected windows within the stream's 2 frame\(s\), got \[1\]"),
-        (lambda s, n: s.ids([3]), r"rows: expected rows of held chunks, got \[3\]"),
+        (lambda s, n: s.positions([3]), r"rows: expected rows of held chunks, got \[3\]"),
     ],
 )
 def test_bad_calls_are_refused_and_change_nothing(call, message):

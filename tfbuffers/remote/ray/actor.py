@@ -175,8 +175,11 @@ class RayHost(WriterCalls):
                     if self._done.get((writer, s), -1) >= e or (resend and added > e):
                         ids[i] = e * total + s  # stored already: by this writer's other call, or before a restart
                         continue
-                frame = self._pack([leaf[i : i + 1] for leaf in checked])
-                number = int(self._segments[s].add_batch(frame)[0])
+                frame = [np.asarray(leaf[i : i + 1]) for leaf in checked]
+                if self._store is not None:  # the elastic store takes the checked leaves as they are
+                    number = self._store.add(s, frame)
+                else:
+                    number = int(self._segments[s].add_batch(self._pack(frame))[0])
                 ids[i] = number * total + s
                 stored += 1
                 if expected is not None:  # the actor's number, which the writer counts on from (after a restart too)

@@ -18,7 +18,6 @@ Not thread-safe: `RayHost` calls it under its lock.
 
 from __future__ import annotations
 
-import bisect
 import json
 import pathlib
 from typing import Any
@@ -157,18 +156,17 @@ class ElasticStore:
 
     def rows_of(self, segment: int, numbers: np.ndarray) -> np.ndarray:
         """The rows of `segment`'s add numbers `numbers`, -1 for frames evicted since."""
-        self._held(segment)
-        history = self._history[segment]
-        firsts = [first for first, _ in history]
+        held = self._held(segment)
+        numbers = np.asarray(numbers, np.int64)
+        firsts = np.fromiter((first for first, _ in self._history[segment]), np.int64, len(held))
+        which = np.searchsorted(firsts, numbers, side="right") - 1  # the stream each add went to (-1: before all)
         rows = np.full(len(numbers), -1, np.int64)
-        for i, number in enumerate(np.asarray(numbers, np.int64).tolist()):
-            at = bisect.bisect_right(firsts, number) - 1
-            if at < 0:
-                continue
-            first, stream = history[at]
-            frame = number - first - self._streams.dropped(stream)
-            if 0 <= frame < self._streams.frames(stream):
-                rows[i] = self._streams.rows(stream, [frame])[0, 0]
+        for at in np.unique(which[which >= 0]).tolist():
+            mine = np.flatnonzero(which == at)
+            stream = held[at]
+            frames = numbers[mine] - firsts[at] - self._streams.dropped(stream)
+            kept = (frames >= 0) & (frames < self._streams.frames(stream))
+            rows[mine[kept]] = self._streams.rows(stream, frames[kept])[:, 0]
         return rows
 
     def update_priorities(self, segment: int, numbers: np.ndarray, priorities: np.ndarray) -> int:
@@ -193,8 +191,8 @@ class ElasticStore:
         streams = self._streams
         if not streams.num_frames():
             raise ValueError(EMPTY.format(buffer=self._label))
-        windows = streams.windows(steps, self._episodes)
-        if not windows:
+        intervals = streams.intervals(steps, self._episodes)
+        if not intervals:
             longest = max(streams.frames(n) for n in streams.streams())
             episodes = " within one episode" if self._episodes else ""
             raise ValueError(NO_WINDOW.format(buffer=self._label, num_steps=steps, episodes=episodes, longest=longest))
@@ -207,8 +205,8 @@ class ElasticStore:
                 raise ValueError(NO_PRIORITY.format(buffer=self._label)) from None
             owners, frames = streams.positions(starts)
         else:
-            total = sum(windows.values())
-            owners, frames = streams.windows_at(rng.integers(total, size=count), steps, self._episodes)
+            total = int(sum((high - low).sum() for low, high in intervals.values()))
+            owners, frames = streams.windows_at(rng.integers(total, size=count), steps, self._episodes, intervals)
             probabilities = np.full(count, 1.0 / total)
         rows = np.empty((count, steps), np.int64)
         for n in np.unique(owners).tolist():
@@ -329,10 +327,6 @@ class ElasticSegment:
         """A new writer claimed the segment (`ElasticStore.new_stream`)."""
         self.store.new_stream(self._segment)
 
-    def add_batch(self, items: Any) -> np.ndarray:
-        """Appends one frame (`items`, of batch 1); returns its add number in the segment."""
-        return np.array([self.store.add(self._segment, [np.asarray(leaf) for leaf in flatten(items)])])
-
     def num_frames(self) -> int:
         """Frames the segment's streams hold."""
         return self.store.num_frames(self._segment)
@@ -356,10 +350,3 @@ class ElasticSegment:
         """Releases the store (once for every segment)."""
         if self._segment == 0:
             self.store.close()
-
-
-def flatten(items: Any) -> list[Any]:
-    """The leaves of a packed frame."""
-    import tensorflow as tf
-
-    return tf.nest.flatten(items)

@@ -222,23 +222,34 @@ class Streams:
         parts = [np.arange(a, b) for a, b in zip(low.tolist(), high.tolist(), strict=True)]
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
+    def intervals(self, num_steps: int, episodes: bool = False) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Each stream's starts of windows of `num_steps` frames (`starts`) as intervals `[low, high)`.
+
+        Only the streams that can give a window; `windows` counts them, `windows_at` numbers them.
+        """
+        found = {n: self._valid(s, num_steps, episodes) for n, s in self._streams.items()}
+        return {n: (low, high) for n, (low, high) in found.items() if (high > low).any()}
+
     def windows(self, num_steps: int, episodes: bool = False) -> dict[int, int]:
         """How many windows of `num_steps` frames each stream can give (`starts`), for those that can give one."""
-        counts = {}
-        for n, s in self._streams.items():
-            low, high = self._valid(s, num_steps, episodes)
-            counts[n] = int((high - low).sum())
-        return {n: count for n, count in counts.items() if count}
+        return {n: int((high - low).sum()) for n, (low, high) in self.intervals(num_steps, episodes).items()}
 
-    def windows_at(self, indices: Any, num_steps: int, episodes: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def windows_at(
+        self,
+        indices: Any,
+        num_steps: int,
+        episodes: bool = False,
+        intervals: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(streams, starts) of the windows numbered `indices` among all `num_steps`-frame windows.
 
         Windows are numbered stream by stream, in the order of `windows(num_steps)`, each stream's from its oldest
         frame: a uniform index in [0, total) is a uniform window, each drawn with probability 1 / total.
+        `intervals`: what `intervals(num_steps, episodes)` returned, if the caller has it (nothing changed since).
         """
-        counts = self.windows(num_steps, episodes)
-        numbers = np.fromiter(counts, np.int64, len(counts))
-        sizes = np.fromiter(counts.values(), np.int64, len(counts))
+        intervals = self.intervals(num_steps, episodes) if intervals is None else intervals
+        numbers = np.fromiter(intervals, np.int64, len(intervals))
+        sizes = np.fromiter(((high - low).sum() for low, high in intervals.values()), np.int64, len(intervals))
         ends = np.cumsum(sizes)
         total = int(ends[-1]) if len(ends) else 0
         indices = np.asarray(indices, np.int64)
@@ -249,7 +260,7 @@ class Streams:
         starts = np.empty(len(offsets), np.int64)
         for at in np.unique(which).tolist():  # each stream's intervals found once
             mine = which == at
-            low, high = self._valid(self._streams[int(numbers[at])], num_steps, episodes)
+            low, high = intervals[int(numbers[at])]
             before = np.cumsum(high - low)  # starts in the intervals up to each one
             interval = np.searchsorted(before, offsets[mine], side="right")
             starts[mine] = low[interval] + offsets[mine] - (before[interval] - (high - low)[interval])
@@ -284,29 +295,6 @@ class Streams:
             held = np.fromiter(self._streams[n].chunks, np.int64)
             first[held] = np.cumsum(self._rows[held]) - self._rows[held]
         return owners, first[chunks] + rows % self.chunk_rows
-
-    def ids(self, rows: Any) -> np.ndarray:
-        """The ids of the frames in `rows` (held rows only)."""
-        rows = np.asarray(rows, np.int64)
-        chunks = rows // self.chunk_rows
-        if (self._allocation[chunks] == FREE).any():
-            raise ValueError(f"rows: expected rows of held chunks, got {rows}")
-        return self._allocation[chunks] * self.chunk_rows + rows % self.chunk_rows
-
-    def rows_of(self, ids: Any) -> np.ndarray:
-        """The rows holding the frames `ids` name, -1 for those evicted since (or never written)."""
-        ids = np.asarray(ids, np.int64)
-        allocation, offset = ids // self.chunk_rows, ids % self.chunk_rows
-        held = np.flatnonzero(self._allocation != FREE)
-        by_allocation = dict(zip(self._allocation[held].tolist(), held.tolist(), strict=True))
-        chunk = np.array([by_allocation.get(a, FREE) for a in allocation.ravel().tolist()], np.int64)
-        chunk = chunk.reshape(ids.shape)
-        written = np.where(self._owner == FREE, 0, self._rows)  # rows written in each chunk
-        for s in self._streams.values():
-            if s.chunks:
-                written[s.chunks[-1]] = s.filled
-        found = (chunk != FREE) & (ids >= 0) & (offset < written[chunk])
-        return np.where(found, chunk * self.chunk_rows + offset, FREE)
 
     # State, for checkpoints and saves.
 
