@@ -56,6 +56,17 @@ positive_int = _int_at_least(1, "a positive int")
 non_negative_int = _int_at_least(0, "an int >= 0")
 
 
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: positive ints separated by commas ("1,2,4"), each once, in increasing order."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive ints separated by commas, got {text!r}") from None
+    if min(values) < 1 or values != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"expected positive ints separated by commas, increasing, got {text!r}")
+    return values
+
+
 def probability(text: str) -> float:
     """An argparse type: a float in [0, 1]."""
     try:

@@ -36,6 +36,7 @@ collect = load_script("collect")
 compare_runs = load_script("compare_runs")
 her_bit_flipping = load_script("her_bit_flipping")
 rate_limit = load_script("rate_limit")
+shards = load_script("shards")
 
 NEEDS_RAY = pytest.mark.ray  # conftest skips them where the extra is missing
 NEEDS_REVERB = pytest.mark.reverb
@@ -141,6 +142,26 @@ def assert_refused(capsys, parse, argv, message):
             },
         ),
         (
+            "shards",
+            {
+                "--shards",
+                "--writers",
+                "--envs-per-writer",
+                "--seconds",
+                "--obs-floats",
+                "--capacity",
+                "--sample-batch-size",
+                "--num-steps",
+                "--total-actors",
+                "--actor-rate",
+                "--total-frames",
+                "--samples-per-insert",
+                "--machine-gib",
+                "--output-dir",
+                "--no-progress",
+            },
+        ),
+        (
             "replay_server",
             {
                 "--env",
@@ -190,6 +211,7 @@ def test_help_documents_every_flag(script, flags, capsys):
         "collect": collect,
         "her_bit_flipping": her_bit_flipping,
         "rate_limit": rate_limit,
+        "shards": shards,
     }
     module = scripts[script]
     parser = module.build_parser()
@@ -610,6 +632,70 @@ def test_the_rate_limit_run_keeps_the_ratio_within_its_bounds_and_stores_every_r
     assert "inside [224, 288]" in done.stdout
 
 
+COSTS = {"r1": 1000.0, "s": 2e-4, "w": 3e-4, "m": 8e-4, "L": 1e5, "t": 1e-6, "l": 1e-5, "n": 1e-5}
+COSTS.update(L_mix=2000.0, t_mix=1e-4, l_mix=5e-4, n_mix=2e-3)
+
+
+def test_the_shards_model_takes_the_first_bound_and_extrapolates_with_exact_counts():
+    assert shards.predict_inserts(COSTS, 1, 1, 2.0) == (1000.0, "writers' round trips")  # 1000, 5000, 2500
+    assert shards.predict_inserts(COSTS, 1, 8, 2.0) == (2500.0, "machine's cores")  # 8000, 5000, 2500
+    assert shards.predict_inserts(COSTS, 1, 8, 64.0) == (5000.0, "shards")  # 8000, 5000, 80000
+    assert shards.predict_windows(COSTS, 4, True, 2.0) == (1000.0, "machine's cores")  # 2000, 40000, 1000
+    assert shards.predict_windows(COSTS, 1, False, 2.0) == (1e5, "learner")  # 1e5, 1e6, 2e5
+    args = shards.parse_args(["--machine-gib", "24"])  # 1,000 actors x 100 frames/s, 1e9 frames, 8 windows each
+    scale = shards.extrapolate(args, COSTS, 280.0)
+    # 1e5 inserts/s x 200 us / 0.7; 8e5 windows/s x 100 us / 0.7; 2.8e11 bytes / (0.7 x 24 GiB); learners:
+    # 8e5 windows/s / (0.7 x 2,000) mixed, / (0.7 x 1e5) batched
+    assert scale["shards_needed_for"] == {"insert calls": 29, "sampling": 115, "memory": 16}
+    assert scale["shards"] == 115 and scale["first_bottleneck"] == "sampling"
+    assert scale["learners_needed"] == 572 and scale["if_batched"] == {"shards_for_sampling": 2, "learners_needed": 12}
+    assert scale["per_shard"]["memory_gib"] == pytest.approx(1e9 * 280 / 115 / 2**30)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shards", "2,4"], "--shards: expected 1 among the counts (the model is fitted to one shard), got [2, 4]"),
+        (["--writers", "2,1"], "expected positive ints separated by commas, increasing, got '2,1'"),
+        (["--writers", "0,1"], "expected positive ints separated by commas, increasing, got '0,1'"),
+        (["--shards", "a"], "expected positive ints separated by commas, got 'a'"),
+        (["--capacity", "1"], "--capacity: expected at least --num-steps (2), got 1"),
+    ],
+)
+def test_the_shards_script_refuses_bad_arguments_naming_them(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        shards.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+@NEEDS_RAY
+def test_the_shards_run_measures_every_shard_and_writer_count_and_fits_its_model(tmp_path):
+    import subprocess
+
+    argv = ["--shards", "1,2", "--writers", "1,2", "--seconds", "0.5", "--capacity", "20000", "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "shards.py"), *argv, "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "shards.json").read_text())
+    assert [(run["shards"], run["writers"]) for run in result["runs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for run in result["runs"]:
+        assert run["frames"] > 0 and len(run["per_writer"]) == len(run["writer_cpu_seconds"]) == run["writers"]
+        # Every frame a writer added is held (and each writer's one frame before the clock started).
+        assert sum(run["frames_held"]) == run["frames"] + run["writers"] and len(run["frames_held"]) == run["shards"]
+        bounds = [run["writers"] * result["costs"]["r1"], run["shards"] / result["costs"]["s"]]
+        assert run["predicted"] == min(*bounds, result["cores"] / result["costs"]["m"])
+    assert [(entry["shards"], entry["mixed"]) for entry in result["learners"]] == [(1, True), (1, False), (2, True)]
+    assert all(entry["windows"] > 0 and entry["predicted"] > 0 for entry in result["learners"])
+    scale = result["extrapolation"]
+    assert scale["shards"] == max(scale["shards_needed_for"].values())
+    assert scale["shards_needed_for"]["insert calls"] == int(np.ceil(1000 * 100 * result["costs"]["s"] / 0.7))
+    assert (tmp_path / "shards.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "shards.md").read_text()
+    assert "| 2 | 2 |" in table and "| 1 | mixed (`sharded_dataset`) |" in table and table in done.stdout
+
+
 @pytest.mark.parametrize(("buffer", "graph_writer"), [("py_uniform", False), ("tf_uniform", True)])
 def test_a_short_soak_checks_frames_and_records_memory(tmp_path, capsys, buffer, graph_writer):
     argv = ["--buffer", buffer, "--minutes", "0.05", "--round-seconds", "1", "--output-dir", str(tmp_path)]
@@ -805,7 +891,7 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 SCRIPT_NAMES = ["train_dqn", "populate_starter_buffer", "benchmark", "soak", "tf_agents_examples", "replay_server"]
-SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs", "her_bit_flipping", "rate_limit"]
+SCRIPT_NAMES += ["collect", "tf_agents_tests", "compare_runs", "her_bit_flipping", "rate_limit", "shards"]
 BAD_ARGUMENTS = {
     "train_dqn": (["--num-envs", "0"], "argument --num-envs: expected a positive int, got 0"),
     "populate_starter_buffer": (
@@ -824,6 +910,7 @@ BAD_ARGUMENTS = {
     "compare_runs": (["run", "--output", "a.png"], "argument LABEL=PATH: expected a label, '=' and a path, got 'run'"),
     "her_bit_flipping": (["--bits", "4,0"], "argument --bits: expected positive ints, got [4, 0]"),
     "rate_limit": (["--seconds", "1", "--poll-seconds", "2"], "--poll-seconds: expected less than --seconds (1.0)"),
+    "shards": (["--writers", "1,0"], "argument --writers: expected positive ints separated by commas, increasing"),
 }
 
 

@@ -31,7 +31,8 @@ def sharded_dataset(
     shard's; `update_priorities` on every shard with the same ids updates each item
     once, since a table ignores keys it does not hold. A `RayReplayBuffer`'s ids are its own
     (`add_number * batch_size + segment`): update each shard with the ids it gave. Several shards
-    are mixed window by window; one is its own `as_dataset(sample_batch_size, num_steps)`.
+    are mixed window by window from each shard's batched `as_dataset(sample_batch_size, num_steps)` (fetched
+    a batch at a time, as one shard alone is sampled); one shard is its own batched dataset.
 
     Args:
       buffers: `ReverbReplayBuffer`s or `RayReplayBuffer`s of one data spec, one per server or actor.
@@ -64,8 +65,12 @@ def sharded_dataset(
 
         return scale
 
+    # Each shard's windows fetched in batches (one host call a batch, not a window), then mixed one by one: the
+    # batch's windows are independent draws, so the mix draws each window as a shard's unbatched dataset would.
     shards = [
-        buffer.as_dataset(num_steps=num_steps, num_parallel_calls=num_parallel_calls).map(scaled(share))
+        buffer.as_dataset(sample_batch_size, num_steps, num_parallel_calls=num_parallel_calls)
+        .map(scaled(share))
+        .unbatch()
         for buffer, share in zip(buffers, shares)
     ]
     mixed = tf.data.Dataset.sample_from_datasets(shards, weights=shares.tolist(), seed=seed)
