@@ -100,7 +100,7 @@ from tqdm import tqdm  # noqa: E402
 import tfbuffers  # noqa: E402
 from tfbuffers.remote.ray.cluster import NAMESPACE  # noqa: E402
 
-STARTUP_SECONDS = 2.0  # the writers' common start, after the driver has told them all
+STARTUP_SECONDS = 0.5  # the writers' common start, after the driver has told them all (they are warm: `warm`)
 
 
 def spec(obs_floats: int) -> dict[str, tf.TensorSpec]:
@@ -420,12 +420,16 @@ def table(result: dict[str, Any]) -> str:
 def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     """Inserts/s against writers, measured (points) and predicted (lines), one colour per shard count."""
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 1]})
-    for k in sorted({run["shards"] for run in result["runs"]}):
+    for number, k in enumerate(sorted({run["shards"] for run in result["runs"]})):
         runs = [run for run in result["runs"] if run["shards"] == k]
         writers = [run["writers"] for run in runs]
-        (line,) = left.plot(writers, [run["predicted"] for run in runs], label=f"{k} shard(s), model")
-        left.scatter(writers, [run["inserts_per_second"] for run in runs], color=line.get_color())
+        style = ("-", "--", ":", "-.")[number % 4]  # the lines may coincide (one machine's bound): told apart
+        (line,) = left.plot(writers, [run["predicted"] for run in runs], style, label=f"{k} shard(s): model")
+        left.scatter(writers, [run["inserts_per_second"] for run in runs], color=line.get_color(), label="measured")
     left.set_xscale("log", base=2)
+    left.set_xticks(sorted({run["writers"] for run in result["runs"]}))
+    left.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    left.set_ylim(bottom=0)
     left.set_xlabel("writer processes")
     left.set_ylabel("frames inserted / s")
     left.legend()
@@ -433,7 +437,9 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     positions = np.arange(len(learners))
     right.bar(positions - 0.2, [entry["windows_per_second"] for entry in learners], 0.4, label="measured")
     right.bar(positions + 0.2, [entry["predicted"] for entry in learners], 0.4, label="model")
-    right.set_xticks(positions, [f"{entry['shards']}{' mixed' if entry['mixed'] else ''}" for entry in learners])
+    right.set_xticks(
+        positions, [f"{entry['shards']}\n{'mixed' if entry['mixed'] else 'batched'}" for entry in learners]
+    )
     right.set_xlabel("shards")
     right.set_ylabel("windows sampled / s (one learner)")
     right.legend()
