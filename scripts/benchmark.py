@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.new_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="small frames and repetitions: a smoke run")
     parser.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="frames each system stores, for every workload (None: the workload's; --quick: 16,000, atari 2,000); "
+        "a multiple of 8, at least 512",
+    )
+    parser.add_argument(
         "--workloads",
         default="control,atari",
         help="comma-separated: control, atari, flashbax (Flashbax's published one: 500k frames of uint8[32, 32, 3], "
@@ -119,6 +126,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.workloads = workloads
     if args.repetitions is not None and args.repetitions < 1:
         parser.error(f"argument --repetitions: expected a positive int, got {args.repetitions}")
+    if args.frames is not None and (args.frames < 512 or args.frames % 8):
+        parser.error(f"argument --frames: expected a multiple of 8, at least 512, got {args.frames}")
     args.repetitions_given = args.repetitions is not None
     args.repetitions = args.repetitions or (2 if args.quick else 5)
     actors_text = args.actors or ("1" if args.quick else "1,2,4")
@@ -333,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for name in args.workloads:
         workload = WORKLOADS[name]
-        if args.quick:
-            workload = dataclasses.replace(workload, frames=QUICK_FRAMES[name])
+        if args.quick or args.frames:
+            workload = dataclasses.replace(workload, frames=args.frames or QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
         if python is not None:
             peer = flashbax_rates(python, workload, repetitions, args.quick)

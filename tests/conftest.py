@@ -440,7 +440,6 @@ ONE_STACK = {
     # stack adds a backend (Reverb).
     "colabs_test.py::test_notebook_runs": "current",
     "colabs_test.py::test_notebook_runs[reverb_and_scaling.ipynb]": "both",
-    "colabs_test.py::test_a_notebook_s_training_repeats_exactly": "current",  # trains twice at small size
     "scripts_test.py::test_quick_benchmark_completes_and_writes_its_outputs": "pinned",  # Reverb's peers too
     "scripts_test.py::test_the_atari_workload_stores_frame_stacks_and_compares_them": "pinned",
     "scripts_test.py::test_a_seeded_dqn_run_repeats_exactly_and_prints_only_its_results": "pinned",

@@ -499,6 +499,7 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     """
     missing = tmp_path / "no-flashbax"  # Flashbax's own run: test_the_benchmark_measures_flashbax_in_its_own_env
     argv = ["--quick", "--repetitions", "1", "--workloads", "control", "--output-dir", str(tmp_path), "--no-progress"]
+    argv += ["--frames", "4096"]  # a quarter of --quick's: every system filled, in a quarter of the time
     assert benchmark.main([*argv, "--flashbax-env", str(missing)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["workloads"]) == {"control"}
@@ -544,6 +545,14 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
             [int(size) for size in times] == sizes and min(times.values()) > 0 for times in result["open"].values()
         )
         assert all(result["memory"][name]["anonymous_bytes_per_frame"] is not None for name in memmap)
+        assert result["workload"]["frames"] == 4096
+        # A save and two loads in fresh processes, for each of our buffers but the variants: files and memory.
+        files = result["files"]
+        assert set(files) == {"tfbuffers TF", "tfbuffers py", "tfbuffers TF prioritized", "tfbuffers py prioritized"}
+        payload = result["workload"]["payload_bytes"]
+        assert files["tfbuffers TF"]["stored_bytes"] == files["tfbuffers py"]["stored_bytes"] == 4096 * payload + 8
+        for entry in files.values():  # the frames and a header: more than the payload, less than twice it
+            assert payload < entry["file_bytes_per_frame"] < 2 * entry["stored_bytes"] / 4096
         assert "tfbuffers py memmap / tfbuffers py" in result["ratios"]["get_next"]
         assert set(measures["sample_dataset"]) == present - {"numpy limit", "cpprb uniform", "cpprb PER"}
         assert set(measures["get_next"]) == present - {"TF-Agents Reverb", "tf.data ceiling"}
