@@ -1057,6 +1057,8 @@ def test_the_scripts_know_the_buffer_kinds_and_samplers_before_importing_tfbuffe
         (["--actors", "-1"], "argument --actors: expected process counts separated by commas, e.g. 1,2,4, got '-1'"),
         (["--actor-seconds", "-2"], "argument --actor-seconds: expected a positive number, got -2.0"),
         (["--actor-seconds", "0"], "argument --actor-seconds: expected a positive number, got 0.0"),
+        (["--frames", "100"], "argument --frames: expected a multiple of 8, at least 512, got 100"),
+        (["--frames", "1004"], "argument --frames: expected a multiple of 8, at least 512, got 1004"),
         (
             ["--actor-backends", "tfbuffers Ray,kafka"],
             "argument --actor-backends: expected names among tfbuffers Reverb, tfbuffers Ray, got "
