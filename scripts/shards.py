@@ -287,12 +287,20 @@ def fit(measured: dict[str, Any], seconds: float) -> dict[str, float]:
     return costs
 
 
+def per(seconds: float, cost: float) -> float:
+    """How many of what costs `cost` CPU seconds fit in `seconds`: no bound (inf) where none was measured.
+
+    A short run can read no CPU time at all from a process (the clock's 10 ms steps).
+    """
+    return seconds / cost if cost > 0 else math.inf
+
+
 def predict_inserts(costs: dict[str, float], shards: int, writers: int, cores: float) -> tuple[float, str]:
     """Inserts/s of `writers` writers on `shards` shards, all on `cores` cores, and the bound that sets it."""
     bounds = {
         "writers' round trips": writers * costs["r1"],
-        "shards": shards / costs["s"],
-        "machine's cores": cores / costs["m"],
+        "shards": per(shards, costs["s"]),
+        "machine's cores": per(cores, costs["m"]),
     }
     first = min(bounds, key=bounds.__getitem__)
     return bounds[first], first
@@ -303,8 +311,8 @@ def predict_windows(costs: dict[str, float], shards: int, mixed: bool, cores: fl
     suffix = "_mix" if mixed else ""
     bounds = {
         "learner": costs["L" + suffix],
-        "shards": shards / costs["t" + suffix],
-        "machine's cores": cores / costs["n" + suffix],
+        "shards": per(shards, costs["t" + suffix]),
+        "machine's cores": per(cores, costs["n" + suffix]),
     }
     first = min(bounds, key=bounds.__getitem__)
     return bounds[first], first

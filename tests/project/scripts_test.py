@@ -649,6 +649,8 @@ def test_the_shards_model_takes_the_first_bound_and_extrapolates_with_exact_coun
     assert shards.predict_inserts(COSTS, 1, 1, 2.0) == (1000.0, "writers' round trips")  # 1000, 5000, 2500
     assert shards.predict_inserts(COSTS, 1, 8, 2.0) == (2500.0, "machine's cores")  # 8000, 5000, 2500
     assert shards.predict_inserts(COSTS, 1, 8, 64.0) == (5000.0, "shards")  # 8000, 5000, 80000
+    # A shard whose CPU clock did not move in a short run bounds nothing: 8000, inf, 80000.
+    assert shards.predict_inserts({**COSTS, "s": 0.0}, 1, 8, 64.0) == (8000.0, "writers' round trips")
     assert shards.predict_windows(COSTS, 4, True, 2.0) == (1000.0, "machine's cores")  # 2000, 40000, 1000
     assert shards.predict_windows(COSTS, 1, False, 2.0) == (1e5, "learner")  # 1e5, 1e6, 2e5
     args = shards.parse_args(["--machine-gib", "24"])  # 1,000 actors x 100 frames/s, 1e9 frames, 8 windows each
