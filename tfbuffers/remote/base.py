@@ -16,8 +16,8 @@ class RemoteReplayBuffer(host.HostExecution, ReplayBuffer):
     """A replay buffer whose table lives in another process, reached through a handle.
 
     Such a buffer is sampled by its host (the server or the actor draws, by the `sampler` named when it was
-    made), its `BufferInfo.ids` are its host's keys, and its `as_dataset(num_steps=...)` yields one window
-    at a time, so several of them mix window by window (`tfbuffers.sharded_dataset`).
+    made), and its `BufferInfo.ids` are its host's keys: several of them mix window by window, each fetched a
+    batch at a time (`tfbuffers.sharded_dataset`).
 
     Every call is one exchange with the host, made on numpy arrays: eagerly at once, inside a `tf.function`
     or `tf.data` when the graph runs (the host execution mode, `tfbuffers.execution.host.HostExecution`). A subclass
