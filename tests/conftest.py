@@ -56,7 +56,7 @@ from tfbuffers.testing.contract.remote import RAY_KIND, RAY_SKIPS, REVERB_KIND, 
 # or one that an earlier test of the same worker left waiting out its timeout, can hold them all: any graph call of
 # the process then waits (docs/concurrency.md, "Threads"). The tests run with more threads than cores, at least 16:
 # with 8, a CI run's `test_graph_calls_waiting_in_an_op_leave_the_others_running` saw one of its two calls not
-# reach its op in 30 s (2026-11-29, the machine at a load of 4), the other threads held by waits left before it.
+# reach its op in 30 s (2026-11-29, the machine at a load of 4): probably the other threads held by earlier waits.
 INTER_OP_THREADS = max(16, (os.cpu_count() or 1) + 2)
 tf.config.threading.set_inter_op_parallelism_threads(INTER_OP_THREADS)
 
