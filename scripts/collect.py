@@ -29,7 +29,10 @@ start the server with --segments for every actor's environments). On a server
 with --samples-per-insert, an actor waits for the learner as long as it takes;
 stopped while it waits (the learner gone), it exits within seconds and hands the
 frames the rate limiter holds to the buffer, which stores them once a learner
-samples again (the count is printed).
+samples again (the count is printed). A Reverb actor waits the same way, and
+stopped while it waits it exits once its close() has tried to send what it holds
+(up to 10 s a writer; Reverb drops what its server did not take then, said in a
+warning).
 
     python scripts/replay_server.py --backend ray --port 6379 --segments 1 &
     python scripts/train_dqn.py --backend ray --replay-server localhost:6379 --policy-dir runs/policy &
@@ -157,26 +160,47 @@ RECORD_COLUMNS = 2  # a --record row: environment index, step type, then the obs
 
 
 class StoppedError(Exception):
-    """The actor was stopped while the rate limiter held its add (Ray)."""
+    """The actor was stopped while the rate limiter held its add."""
 
 
 class PacedAdd:
     """Adds through `add`, waiting for the rate limiter as long as the learner needs, until `stop` is set.
 
-    A `RayWriter`'s add raises `TimeoutError` past the handle's timeout without taking its frame: it is
-    tried again, or, once stopped, `StoppedError` is raised (that frame was not added).
+    Each add waits in slices of `WAIT_SLICE_SECONDS` (the buffer's timeout), `TimeoutError` past each:
+    - a `RayWriter`'s add does not take its frame: it is tried again, or, once stopped, `StoppedError` is
+      raised (that frame was not added);
+    - a `ReverbReplayBuffer`'s add took its frame (`taken_on_timeout`): `count` counts it, `wait` (its
+      `flush`) is tried again until the server confirmed it, or, once stopped, `StoppedError` is raised.
+    `count` is called with each frame taken.
     """
 
-    def __init__(self, add: Any, stop: threading.Event) -> None:
-        self._add, self._stop = add, stop
+    def __init__(
+        self, add: Any, stop: threading.Event, count: Any, *, taken_on_timeout: bool = False, wait: Any = None
+    ) -> None:
+        self._add, self._stop, self._count = add, stop, count
+        self._taken_on_timeout, self._wait = taken_on_timeout, wait
 
     def __call__(self, trajectory: Any) -> None:
         while True:
             try:
-                return self._add(trajectory)
+                self._add(trajectory)
+                break
             except TimeoutError:
+                if self._taken_on_timeout:
+                    self._count(trajectory)
+                    return self._wait_confirmed()
                 if self._stop.is_set():
                     raise StoppedError from None
+        self._count(trajectory)
+
+    def _wait_confirmed(self) -> None:
+        while True:
+            if self._stop.is_set():
+                raise StoppedError
+            try:
+                return self._wait()
+            except TimeoutError:
+                pass
 
 
 class PolicySource:
@@ -267,7 +291,6 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
             _args.stop_on_signals(stop)  # again: Ray's connection made SIGTERM exit at once
         writer = claimed = buffer.writer(config.num_envs)
         print(f"adding to segments {claimed.segments} of RayReplayBuffer {config.table_name!r}", flush=True)
-        add: Any = PacedAdd(PyObserver(claimed), stop)
     else:
         buffer = tfbuffers.ReverbReplayBuffer(
             source.trajectory_spec,
@@ -275,8 +298,8 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
             batch_size=config.num_envs,
             address=config.replay_server,
             table_name=config.table_name,
+            timeout=WAIT_SLICE_SECONDS,
         )
-        add = PyObserver(buffer)
     recorder = Recorder(config.record) if config.record else None
     added = [0]
     episodes = [0]
@@ -285,7 +308,11 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
         added[0] += config.num_envs
         episodes[0] += int(np.sum(trajectory.is_last()))
 
-    observers = ([recorder] if recorder else []) + [add, count]  # recorded before its add: a killed actor's too
+    if writer is not None:
+        add = PacedAdd(PyObserver(writer), stop, count)
+    else:
+        add = PacedAdd(PyObserver(buffer), stop, count, taken_on_timeout=True, wait=buffer.flush)
+    observers = ([recorder] if recorder else []) + [add]  # recorded before its add: a killed actor's too
     bar = tqdm(total=config.frames or None, unit="frame", desc="collect", disable=not config.progress)
     started = time.perf_counter()
     policies = 0

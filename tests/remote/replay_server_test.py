@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -125,11 +126,35 @@ def test_the_server_paces_actors_and_learners_when_asked(tmp_path):
 
     port = free_port()
     server, _ = start(port, tmp_path / "replay", "--min-size-to-sample", 10, "--samples-per-insert", 2.5)
+    actor = None
     try:
         limiter = reverb.Client(f"localhost:{port}").server_info()["tfbuffers"].rate_limiter_info
         assert (limiter.samples_per_insert, limiter.min_size_to_sample) == (2.5, 10)
         assert (limiter.min_diff, limiter.max_diff) == (25.0 - 2.5, 25.0 + 2.5)  # error_buffer: max(10% of 25, 2.5)
+
+        # An actor and no learner: the limiter admits 11 items, then its add waits. Stopped (SIGTERM) while it
+        # waits, it exits, counting every frame it took (each recorded before its add), and warns of the unsent.
+        record = tmp_path / "actor.rec"
+        out, err = tmp_path / "actor.out", tmp_path / "actor.err"
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            actor = subprocess.Popen(
+                [sys.executable, str(SCRIPT.parent / "collect.py"), "--replay-server", f"localhost:{port}",
+                 "--record", str(record), "--no-progress"],
+                stdout=stdout, stderr=stderr,
+            )  # fmt: skip
+        counts = [-1]
+        while counts[-1] < 12 or counts[-1] != counts[-2]:  # held: the count stands still for 5 s
+            assert len(counts) < 40 and actor.poll() is None, (counts, err.read_text()[-3000:])
+            time.sleep(5.0)
+            counts.append(record.stat().st_size // (8 * 6) if record.exists() else -1)  # rows of 2 + 4 float64
+        assert reverb.Client(f"localhost:{port}").server_info()["tfbuffers"].current_size == 11
+        actor.send_signal(signal.SIGTERM)
+        assert actor.wait(timeout=60) == 0, err.read_text()[-3000:]
+        assert f"added {counts[-1]} frames (" in out.read_text(), out.read_text()
+        assert "items written since the last flush could not be sent to localhost" in err.read_text()
     finally:
+        if actor is not None and actor.poll() is None:
+            actor.kill()
         stop(server)
     server, _ = start(port, tmp_path / "default")
     try:  # without the flags: Reverb's MinSize(1), no pacing

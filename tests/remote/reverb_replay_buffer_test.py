@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -515,9 +516,39 @@ def test_a_sample_to_insert_ratio_rate_limiter_is_configured_as_asked():
         assert (limiter.min_diff, limiter.max_diff) == (40.0 - 4.0, 40.0 + 4.0)  # error_buffer: max(10% of 40, 4)
 
 
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "function"])
+def test_a_wait_the_rate_limiter_holds_past_the_timeout_raises_with_the_frames_taken(in_function):
+    # One sample per insert once the table holds 2 items, drifting by up to 10: the limiter admits 12 items
+    # (12 x 1 - 0 <= 2 + 10), then holds the rest until the learner samples.
+    limits = {"min_size_to_sample": 2, "samples_per_insert": 1.0, "error_buffer": 10.0}
+    with ReverbReplayBuffer(SPEC, sequence_length=1, timeout=0.5, **limits) as buffer:
+        add = tf.function(buffer.add_batch) if in_function else buffer.add_batch
+        for t in range(31):  # 31 items made; the wait after the 16th returns (at most 16 may be unconfirmed)
+            np.testing.assert_array_equal(add(frames([t])), [t])
+        started = time.monotonic()
+        # The 32nd: 20 unconfirmed, more than 16; the wait for the server gives up after the timeout.
+        expected = TimeoutError if not in_function else tf.errors.OpError
+        with pytest.raises(expected, match=r"did not confirm the items within timeout=0.5 s .*taken"):
+            add(frames([31]))
+        assert 0.5 <= time.monotonic() - started < 30
+        np.testing.assert_array_equal(add(frames([32])), [32])  # frame 31 was taken: this one is 32
+        with pytest.raises(TimeoutError, match="within timeout=0.5 s .*: the items are kept"):
+            buffer.flush()
+        with pytest.raises(TimeoutError, match="within timeout=0.5 s .*: nothing of this call was taken or changed"):
+            buffer.clear()  # it would wait for them first
+        assert int(buffer.num_frames()) == 12
+        windows, _ = buffer.get_next(sample_batch_size=25)  # 25 samples admit 25 more items (21 wait)
+        assert set(windows["x"].tolist()) <= set(range(33))
+        buffer.flush()
+        assert int(buffer.num_frames()) == 33  # every frame taken, the timed-out one's too, once
+        buffer.clear()
+        assert int(buffer.num_frames()) == 0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
+        ({"timeout": 0}, ValueError, "timeout: expected a number of seconds > 0 or None, got 0"),
         ({"sampler": "fifo"}, ValueError, r"sampler: expected one of \['uniform', 'prioritized'\], got 'fifo'"),
         ({"priority_exponent": -1.0}, ValueError, "priority_exponent: expected a finite number >= 0, got -1.0"),
         ({"samples_per_insert": 0}, ValueError, "samples_per_insert: expected a finite number > 0 or None, got 0"),

@@ -1,4 +1,4 @@
-"""The options the remote buffers and the manager take alike, checked alike: samplers and rate limits."""
+"""The options the remote buffers and the manager take alike, checked alike: samplers, rate limits, waits."""
 
 from __future__ import annotations
 
@@ -94,3 +94,14 @@ def check_ratio(min_size: int, samples_per_insert: Any, error_buffer: Any) -> tu
     elif isinstance(error_buffer, bool) or not isinstance(error_buffer, int | float) or not error_buffer >= minimum:
         raise ValueError(ERROR_BUFFER_TOO_SMALL.format(minimum=minimum, received=error_buffer))
     return float(samples_per_insert), float(error_buffer)
+
+
+def optional_seconds(name: str, value: Any) -> float | None:
+    """`value`, the argument `name`: seconds > 0, or None (forever, never).
+
+    Raises:
+      ValueError: Naming it, if it is anything else (NaN included).
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+        raise ValueError(f"{name}: expected a number of seconds > 0 or None, got {value!r}")
+    return value

@@ -19,9 +19,10 @@ import tensorflow as tf
 from tfbuffers import specs
 from tfbuffers.execution import host
 from tfbuffers.remote.base import RemoteReplayBuffer
+from tfbuffers.remote.options import optional_seconds
 from tfbuffers.remote.ray.actor import started_actor
 from tfbuffers.remote.ray.cluster import NAMESPACE, call, ensure_ray, import_ray
-from tfbuffers.remote.ray.config import WRITER_LEASE, actor_config, found_actor, optional_seconds
+from tfbuffers.remote.ray.config import WRITER_LEASE, actor_config, found_actor
 from tfbuffers.remote.ray.hosting import RayHosting
 from tfbuffers.remote.ray.prefetch import PREFETCH_ITEMS, Prefetch, fetch_batches, split_samples
 from tfbuffers.replay_buffer import BufferInfo, keep_alive, optional_positive_int

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfbuffers import prioritized, specs
 from tfbuffers import state as state_lib
-from tfbuffers.remote.options import check_ratio, check_sampler, sampler_record
+from tfbuffers.remote.options import check_ratio, check_sampler, optional_seconds, sampler_record
 from tfbuffers.remote.ray.checkpoints import CHECKPOINT_SECONDS
 from tfbuffers.remote.ray.cluster import NAMESPACE
 from tfbuffers.remote.ray.elastic import LAYOUTS
@@ -193,17 +193,6 @@ def check_layout(layout: Any, sampler: Any, frame_stacks: Any, directory: Any) -
         if wrong:
             return "segments"
     return layout or "elastic"
-
-
-def optional_seconds(name: str, value: Any) -> float | None:
-    """`value`, the argument `name`: seconds > 0, or None (forever, never).
-
-    Raises:
-      ValueError: Naming it, if it is anything else (NaN included).
-    """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
-        raise ValueError(f"{name}: expected a number of seconds > 0 or None, got {value!r}")
-    return value
 
 
 def found_actor(ray: Any, name: str, wanted: list[specs.Field] | None) -> tuple[Any, dict[str, Any]]:

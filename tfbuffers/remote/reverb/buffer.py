@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tfbuffers import prioritized
 from tfbuffers.remote.base import RemoteReplayBuffer
-from tfbuffers.remote.options import check_sampler
+from tfbuffers.remote.options import check_sampler, optional_seconds
 from tfbuffers.remote.reverb.server import (
     check_served_table,
     import_reverb,
@@ -131,6 +131,7 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         error_buffer: float | None = None,
         checkpoint_dir: str | None = None,
         fallback_checkpoint: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Creates the buffer, and a server when no `address` is given.
 
@@ -165,6 +166,12 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
             only, and a server started on it restores that one). None: a temporary one.
           fallback_checkpoint: A checkpoint the embedded server restores when
             `checkpoint_dir` holds none. `tfbuffers.ReplayBufferManager` drives both.
+          timeout: Seconds `add_batch` and `flush` wait for the server to confirm items (a
+            `samples_per_insert` limiter holds inserts until learners sample) before `TimeoutError`;
+            None: as long as it takes. The wait comes after every environment took its frame: on a
+            `TimeoutError` the call's frames are taken and sent once the server admits them (do not add
+            them again); `flush()` waits again. The waits are made in half-second slices, so that a
+            process's signal handlers run while it waits (`scripts/collect.py` stops on SIGTERM).
 
         Raises:
           ImportError: If dm-reverb cannot be imported.
@@ -182,6 +189,7 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
         sampler = check_sampler(sampler, callables=False)
         priority_exponent = prioritized.check_exponent(priority_exponent)
         rate_limiter = make_rate_limiter(min_size_to_sample, samples_per_insert, error_buffer)
+        timeout = optional_seconds("timeout", timeout)
         if address is not None and (checkpoint_dir is not None or fallback_checkpoint is not None):
             raise ValueError(
                 "checkpoint_dir, fallback_checkpoint: only for the embedded server (address=None); "
@@ -231,6 +239,8 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
             stride=stride,
             step_type_index=paths.index("step_type") if hasattr(self._data_spec, "step_type") else None,
             check_open=weak_method(self._check_open),  # held weakly: dropping the buffer stops its server
+            timeout=timeout,
+            address=address,
         )
         # A buffer dropped without close() (or alive at exit) sends its writers' items first, as close() does:
         # a Reverb writer destroyed unflushed drops them.

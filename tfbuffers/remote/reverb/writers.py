@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,17 @@ FIRST, LAST = 0, 2
 
 CLOSE_FLUSH_SECONDS = 10
 MAX_PENDING_ITEMS = 16  # items a writer may have sent and not yet seen confirmed, in the middle of an episode
+WAIT_SLICE_MS = 500  # a wait for the server is made of waits this long, so that signal handlers run between them
+UNCONFIRMED = (
+    "ReverbReplayBuffer: the server at {address} did not confirm the items within timeout={timeout} s (a rate "
+    "limiter holds inserts until learners sample): {what}"
+)
+TAKEN = (
+    "the frames of this call were taken and are sent once the server admits them; do not add them again "
+    "(flush() waits again)"
+)
+KEPT = "the items are kept and sent once the server admits them (flush() waits again)"
+NOT_TAKEN = "nothing of this call was taken or changed: the items before it wait to be confirmed first"
 UNSENT_AT_CLOSE = "ReverbReplayBuffer.close: items written since the last flush could not be sent to %s: %s"
 
 
@@ -30,6 +42,13 @@ class EnvironmentWriters:
     (the field at `step_type_index`, None for specs without episodes) is FIRST ends the last episode, so no
     item spans two; a LAST one flushes, so an episode's items are in the table when it ends. Every call
     holds one lock (a writer is used by one thread at a time) and calls `check_open` inside it.
+
+    A wait for the server (a LAST frame's flush, the bound of `MAX_PENDING_ITEMS` unconfirmed items, `flush`)
+    comes after every environment took its frame, in slices of `WAIT_SLICE_MS` (so that the process's signal
+    handlers run), up to `timeout` seconds (None: as long as it takes); past it, `TimeoutError`
+    (`UNCONFIRMED`; `TAKEN`, `flush`: `KEPT`): the call's frames are taken all the same, and the next wait goes
+    on where it stopped. The waits an episode's end or `clear` need before anything changes (every item of the episode
+    confirmed) come first: past the timeout there, nothing was taken or changed (`NOT_TAKEN`).
 
     Attributes:
       writers: The environments' `reverb.TrajectoryWriter`s, in batch order.
@@ -46,8 +65,12 @@ class EnvironmentWriters:
         stride: int,
         step_type_index: int | None,
         check_open: Callable[[], None] = lambda: None,
+        timeout: float | None = None,
+        address: str = "",
     ) -> None:
         self._table_name = table_name
+        self._timeout = timeout
+        self._address = address
         self._sequence_length = sequence_length
         self._stride = stride
         self._step_type_index = step_type_index
@@ -63,13 +86,25 @@ class EnvironmentWriters:
         """Appends one frame per environment (each array's row `env`); returns each one's frame count before it."""
         with self._lock:
             self._check_open()
-            for env, writer in enumerate(self.writers):
+            if self._step_type_index is not None:
+                for env in np.flatnonzero((arrays[self._step_type_index] == FIRST) & (self._episode_frames > 0)):
+                    self._wait(self.writers[env], 0, NOT_TAKEN)  # what end_episode would wait for, unbounded
+            waits = [
                 self._append_locked(env, writer, [array[env] for array in arrays])
+                for env, writer in enumerate(self.writers)
+            ]
             ids = self._added.copy()
             self._added += 1
+            for writer, pending in zip(self.writers, waits):  # every frame taken first: a timeout leaves none out
+                if pending is not None:
+                    self._wait(writer, pending, TAKEN)
         return ids
 
-    def _append_locked(self, env: int, writer: Any, frame: list[np.ndarray]) -> None:
+    def _append_locked(self, env: int, writer: Any, frame: list[np.ndarray]) -> int | None:
+        """Appends `frame` to `writer` and writes the window it ends; returns the wait it calls for, or None.
+
+        The wait: the count of items that may stay unconfirmed (0 after an episode's LAST frame).
+        """
         step_type = None if self._step_type_index is None else int(frame[self._step_type_index])
         if step_type == FIRST and self._episode_frames[env]:
             writer.end_episode(clear_buffers=False)  # no item reaches back into the last episode
@@ -79,16 +114,37 @@ class EnvironmentWriters:
         writer.append(frame)
         self._episode_frames[env] += 1
         length = self._sequence_length
-        if self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0:
+        made = self._episode_frames[env] >= length and (self._episode_frames[env] - length) % self._stride == 0
+        if made:
             window = [column[-length:] for column in writer.history]
             writer.create_item(self._table_name, priority=self.max_priority, trajectory=window)
             self._items[env] += 1
-            if self._items[env] % MAX_PENDING_ITEMS == 0:
-                # Long episodes: wait until the server confirmed all but the last MAX_PENDING_ITEMS, so that
-                # unconfirmed items cannot pile up in memory (Reverb warns beyond about 50).
-                writer.flush(block_until_num_items=MAX_PENDING_ITEMS)
         if step_type == LAST:
-            writer.flush()
+            return 0
+        if made and self._items[env] % MAX_PENDING_ITEMS == 0:
+            # Long episodes: wait until the server confirmed all but the last MAX_PENDING_ITEMS, so that
+            # unconfirmed items cannot pile up in memory (Reverb warns beyond about 50).
+            return MAX_PENDING_ITEMS
+        return None
+
+    def _wait(self, writer: Any, pending: int, what: str) -> None:
+        """Waits until the server confirmed all but `pending` of `writer`'s items, in slices, up to the timeout.
+
+        Raises:
+          TimeoutError: Past the timeout, saying `what` (`TAKEN`, `KEPT`, `NOT_TAKEN`).
+        """
+        reverb = import_reverb()
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            left_ms = WAIT_SLICE_MS if deadline is None else int((deadline - time.monotonic()) * 1000)
+            try:
+                writer.flush(block_until_num_items=pending, timeout_ms=max(1, min(WAIT_SLICE_MS, left_ms)))
+                return
+            except reverb.errors.DeadlineExceededError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        UNCONFIRMED.format(address=self._address, timeout=self._timeout, what=what)
+                    ) from None
 
     def raise_priority(self, priority: float) -> None:
         """New items get `priority` from now on if it is larger than `max_priority`."""
@@ -99,12 +155,14 @@ class EnvironmentWriters:
         with self._lock:
             self._check_open()
             for writer in self.writers:
-                writer.flush()
+                self._wait(writer, 0, KEPT)
 
     def clear(self, reset: Callable[[], None]) -> None:
         """Ends every environment's episode (its pending items written), then calls `reset` (emptying the table)."""
         with self._lock:
             self._check_open()
+            for writer in self.writers:
+                self._wait(writer, 0, NOT_TAKEN)  # what end_episode would wait for, unbounded
             for writer in self.writers:
                 writer.end_episode(clear_buffers=True)
             reset()
