@@ -23,7 +23,7 @@ import tfbuffers
 from tfbuffers import files
 from tfbuffers import testing as stress
 
-# Examples per machine: the loaded profile's (tests/conftest.py: 30 for make test, 10 for CI).
+# Examples per machine: the loaded profile's (tests/conftest.py: 30 for make test, 5 a stack for CI).
 FUZZ_SETTINGS = settings(
     stateful_step_count=20,
     deadline=None,
