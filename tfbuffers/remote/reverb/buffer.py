@@ -166,12 +166,14 @@ class ReverbReplayBuffer(RemoteReplayBuffer):
             only, and a server started on it restores that one). None: a temporary one.
           fallback_checkpoint: A checkpoint the embedded server restores when
             `checkpoint_dir` holds none. `tfbuffers.ReplayBufferManager` drives both.
-          timeout: Seconds `add_batch` and `flush` wait for the server to confirm items (a
-            `samples_per_insert` limiter holds inserts until learners sample) before `TimeoutError`;
-            None: as long as it takes. The wait comes after every environment took its frame: on a
-            `TimeoutError` the call's frames are taken and sent once the server admits them (do not add
-            them again); `flush()` waits again. The waits are made in half-second slices, so that a
-            process's signal handlers run while it waits (`scripts/collect.py` stops on SIGTERM).
+          timeout: Seconds `add_batch`, `flush` and `clear` wait for the server to confirm items (a
+            `samples_per_insert` limiter holds inserts until learners sample) before `TimeoutError`,
+            whose message says what was done; None: as long as it takes. An add's wait comes after
+            every environment took its frame: its frames are taken and sent once the server admits
+            them (do not add them again); `flush()` waits again. An episode's FIRST frame and `clear`
+            wait first for the items before them: past the timeout, nothing was taken or changed. The
+            waits are made in half-second slices, so that a process's signal handlers run while it
+            waits (`scripts/collect.py` stops on SIGTERM).
 
         Raises:
           ImportError: If dm-reverb cannot be imported.
