@@ -167,18 +167,15 @@ class PacedAdd:
     """Adds through `add`, waiting for the rate limiter as long as the learner needs, until `stop` is set.
 
     Each add waits in slices of `WAIT_SLICE_SECONDS` (the buffer's timeout), `TimeoutError` past each:
-    - a `RayWriter`'s add does not take its frame: it is tried again, or, once stopped, `StoppedError` is
-      raised (that frame was not added);
-    - a `ReverbReplayBuffer`'s add took its frame (`taken_on_timeout`): `count` counts it, `wait` (its
-      `flush`) is tried again until the server confirmed it, or, once stopped, `StoppedError` is raised.
+    - without `wait` (a `RayWriter`), the add did not take its frame: it is tried again, or, once stopped,
+      `StoppedError` is raised (that frame was not added);
+    - with `wait` (a `ReverbReplayBuffer`'s `flush`), the add took its frame: `count` counts it, and `wait`
+      is tried again until the server confirmed it, or, once stopped, `StoppedError` is raised.
     `count` is called with each frame taken.
     """
 
-    def __init__(
-        self, add: Any, stop: threading.Event, count: Any, *, taken_on_timeout: bool = False, wait: Any = None
-    ) -> None:
-        self._add, self._stop, self._count = add, stop, count
-        self._taken_on_timeout, self._wait = taken_on_timeout, wait
+    def __init__(self, add: Any, stop: threading.Event, count: Any, wait: Any = None) -> None:
+        self._add, self._stop, self._count, self._wait = add, stop, count, wait
 
     def __call__(self, trajectory: Any) -> None:
         while True:
@@ -186,7 +183,7 @@ class PacedAdd:
                 self._add(trajectory)
                 break
             except TimeoutError:
-                if self._taken_on_timeout:
+                if self._wait is not None:  # taken: what is left is the wait
                     self._count(trajectory)
                     return self._wait_confirmed()
                 if self._stop.is_set():
@@ -311,7 +308,7 @@ def collect(config: Config, stop: threading.Event) -> dict[str, Any]:
     if writer is not None:
         add = PacedAdd(PyObserver(writer), stop, count)
     else:
-        add = PacedAdd(PyObserver(buffer), stop, count, taken_on_timeout=True, wait=buffer.flush)
+        add = PacedAdd(PyObserver(buffer), stop, count, wait=buffer.flush)
     observers = ([recorder] if recorder else []) + [add]  # recorded before its add: a killed actor's too
     bar = tqdm(total=config.frames or None, unit="frame", desc="collect", disable=not config.progress)
     started = time.perf_counter()

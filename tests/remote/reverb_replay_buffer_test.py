@@ -350,9 +350,10 @@ def test_a_long_episode_never_holds_more_than_max_pending_items_unconfirmed():
         def __init__(self, writer):
             self.writer, self.flushes = writer, []
 
-        def flush(self, block_until_num_items=0, timeout_ms=None):
+        def flush(self, block_until_num_items=0, timeout_ms=None):  # each wait that ended, once
+            result = self.writer.flush(block_until_num_items, timeout_ms)  # a slice past its time raises
             self.flushes.append(block_until_num_items)
-            return self.writer.flush(block_until_num_items, timeout_ms)
+            return result
 
         def __getattr__(self, name):
             return getattr(self.writer, name)

@@ -76,6 +76,7 @@ class EnvironmentWriters:
         self._step_type_index = step_type_index
         self._check_open = check_open
         self._lock = threading.Lock()
+        self._deadline_exceeded = import_reverb().errors.DeadlineExceededError  # a wait's slice ran out
         self.writers = [client.trajectory_writer(num_keep_alive_refs=sequence_length) for _ in range(batch_size)]
         self.max_priority = 1.0
         self._episode_frames = np.zeros(batch_size, np.int64)  # frames each environment added since its episode began
@@ -133,14 +134,13 @@ class EnvironmentWriters:
         Raises:
           TimeoutError: Past the timeout, saying `what` (`TAKEN`, `KEPT`, `NOT_TAKEN`).
         """
-        reverb = import_reverb()
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         while True:
             left_ms = WAIT_SLICE_MS if deadline is None else int((deadline - time.monotonic()) * 1000)
             try:
                 writer.flush(block_until_num_items=pending, timeout_ms=max(1, min(WAIT_SLICE_MS, left_ms)))
                 return
-            except reverb.errors.DeadlineExceededError:
+            except self._deadline_exceeded:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(
                         UNCONFIRMED.format(address=self._address, timeout=self._timeout, what=what)
