@@ -257,25 +257,45 @@ def hold_the_writers_lock(buffer):
 def test_graph_calls_waiting_in_an_op_leave_the_others_running():
     # As many graph calls blocked in a numpy_function as the machine has cores (TensorFlow's default count of
     # inter-op threads, which they would all hold), as a test's holders are, and one more runs: the tests run with
-    # more threads (tests/conftest.py; docs/concurrency.md, "Threads").
+    # more threads (tests/conftest.py; docs/concurrency.md, "Threads"). Both functions are traced first, and the
+    # calls have two minutes to reach their ops: CI's machine, loaded by the other worker's Ray processes, once
+    # took more than 30 s (2026-11-29); on failure the message says how many did and where every thread was.
     blocking = os.cpu_count() or 1
     entered, release, ran = threading.Semaphore(0), threading.Event(), threading.Event()
     blocked = tf.function(
-        lambda: tf.numpy_function(lambda: (entered.release(), release.wait(30), np.int64(0))[-1], [], tf.int64)
+        lambda: tf.numpy_function(lambda: (entered.release(), release.wait(300), np.int64(0))[-1], [], tf.int64),
+        autograph=False,
     )
-    another = tf.function(lambda: tf.numpy_function(lambda: (ran.set(), np.int64(1))[-1], [], tf.int64))
+    another = tf.function(
+        lambda: tf.numpy_function(lambda: (ran.set(), np.int64(1))[-1], [], tf.int64), autograph=False
+    )
+    blocked.get_concrete_function(), another.get_concrete_function()
     threads = [threading.Thread(target=blocked) for _ in range(blocking)]
     try:
         for thread in threads:
             thread.start()
-        assert all(entered.acquire(timeout=30) for _ in range(blocking))  # every one blocked in its op
+        deadline = time.monotonic() + 120
+        reached = sum(entered.acquire(timeout=max(0.0, deadline - time.monotonic())) for _ in range(blocking))
+        assert reached == blocking, f"{reached} of {blocking} calls reached their op in 120 s; {where_threads_are()}"
         threads.append(threading.Thread(target=another))
         threads[-1].start()
-        assert ran.wait(10)
+        assert ran.wait(120), f"the call beside them did not run in 120 s; {where_threads_are()}"
     finally:
         release.set()
         for thread in threads:
             thread.join()
+
+
+def where_threads_are() -> str:
+    """Every thread's innermost Python frames, for a failure's message."""
+    import sys
+    import traceback
+
+    stacks = []
+    for ident, frame in sys._current_frames().items():
+        inner = traceback.extract_stack(frame)[-3:]
+        stacks.append(f"thread {ident}: " + " < ".join(f"{f.name} ({f.filename}:{f.lineno})" for f in inner[::-1]))
+    return f"{len(stacks)} Python threads: " + "; ".join(stacks)
 
 
 def waiting(kind: str = "tf", max_length: int = 5) -> tfbuffers.ReplayBuffer:

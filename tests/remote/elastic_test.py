@@ -6,13 +6,16 @@ ray_replay_buffer_test.py.
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfbuffers.remote.ray.actor import RayHost
 from tfbuffers.remote.ray.config import actor_config
-from tfbuffers.remote.ray.elastic import chunk_rows
+from tfbuffers.remote.ray.elastic import STORE_DIRECTORY, chunk_rows
+from tfbuffers.storage.memmap import DirectoryInUseError
 
 SPEC = {"x": tf.TensorSpec([], tf.int64)}
 EPISODES = {"x": tf.TensorSpec([], tf.int64), "step_type": tf.TensorSpec([], tf.int32)}
@@ -21,7 +24,8 @@ EPISODES = {"x": tf.TensorSpec([], tf.int64), "step_type": tf.TensorSpec([], tf.
 def host(capacity=400, batch_size=4, sampler="uniform", spec=None, **options):
     config = actor_config(
         spec or SPEC, capacity, batch_size=batch_size, max_length=None, sampler=sampler, priority_exponent=1.0,
-        episode_boundaries=options.pop("episode_boundaries", False), frame_stacks=None, directory=None,
+        episode_boundaries=options.pop("episode_boundaries", False), frame_stacks=None,
+        directory=options.pop("directory", None),
         min_size_to_sample=None, samples_per_insert=None, error_buffer=None, seed=options.pop("seed", 0),
         name="elastic", layout="elastic", **options,
     )  # fmt: skip
@@ -242,3 +246,89 @@ def test_a_damaged_save_is_refused_naming_the_file_and_nothing_changes(tmp_path)
     with pytest.raises(ValueError, match=r"expected a store of 80 rows in chunks of 1, got 40 in chunks of 1"):
         other._store.load(tmp_path / "saved")
     assert xs(other, 0) + xs(other, 1) == list(range(5))
+
+
+EPISODE_TYPES = [0, 1, 1, 1, 2]  # TF-Agents' FIRST, MID and LAST: episodes of 5 frames
+
+
+def killed_copy(directory, to):
+    """The files of a memory-mapped store as its process's death would leave them now: no flush, no close."""
+    shutil.copytree(directory, to)
+    return to
+
+
+def reopened(actor, directory):
+    return RayHost({**actor.config(), "directory": str(directory), "source": ["open"]})
+
+
+def test_a_memory_mapped_store_reopens_with_every_frame_its_process_stored_and_goes_on(tmp_path):
+    # The elastic layout with directory= (the segments' layout gave each writer a quarter of the capacity there).
+    actor = host(capacity=40, batch_size=2, sampler="prioritized", spec=EPISODES, episode_boundaries=True,
+                 directory=str(tmp_path / "buffer"))  # fmt: skip
+    assert sorted(path.name for path in (tmp_path / "buffer").iterdir()) == [
+        "elastic",
+        "rate_limiter.npy",
+        "ray_buffer.json",
+    ]
+    a, b = Writer(actor, "a"), Writer(actor, "b")
+    ids = a.add(range(30), EPISODE_TYPES * 6)
+    b.add(range(100, 118), (EPISODE_TYPES * 4)[:18])  # 48 in 40: a's 8 oldest frames go (chunks of 1 row)
+    actor.update_priorities(np.array([ids[20]]), np.array([9.0]))
+    with pytest.raises(DirectoryInUseError, match="held by process"):
+        reopened(actor, tmp_path / "buffer")  # one process writes a directory at a time
+    mapped = reopened(actor, killed_copy(tmp_path / "buffer", tmp_path / "killed"))
+    assert xs(mapped, a.segment) == list(range(8, 30)) and xs(mapped, b.segment) == list(range(100, 118))
+    assert mapped.frames_per_segment() == actor.frames_per_segment()
+    first, second = actor.sample(200, 2, 1, None), mapped.sample(200, 2, 1, None)  # the same seed, the same state
+    for left, right in zip(first[0], second[0], strict=True):
+        np.testing.assert_array_equal(left, right)
+    np.testing.assert_array_equal(first[1], second[1])
+    np.testing.assert_array_equal(first[2], second[2])  # the priorities too: ids[20] weighs 9
+    windows = {tuple(w) for w in mapped.sample(3000, 2, 1, None)[0][1].tolist()}
+    assert (24, 25) not in windows and (28, 29) in windows and (104, 105) not in windows  # within episodes
+    # The writers go on: b's add numbers from where they were, in a new stream (no window joins 117 to 118).
+    b.actor = mapped
+    assert b.add([118], [2]) == [18 * 2 + b.segment]
+    assert xs(mapped, b.segment) == list(range(100, 119))
+    windows = {tuple(w) for w in mapped.sample(3000, 2, 1, None)[0][1].tolist()}
+    assert (117, 118) not in windows and (116, 117) in windows
+    assert mapped.update_priorities(np.array([ids[0], ids[20]]), np.array([1.0, 2.0])) == 1  # ids[0] evicted
+    mapped.close()
+    actor.close()
+
+
+def test_a_row_not_stamped_when_its_process_died_is_not_a_frame(tmp_path):
+    # An add stamps its row last (and a file's journal undoes one cut short): a row whose stamp is not its chunk's
+    # allocation holds no frame of it, and a chunk holding none is free.
+    actor = host(capacity=40, batch_size=2, directory=str(tmp_path / "buffer"))
+    a = Writer(actor, "a")
+    a.add(range(5))
+    killed = killed_copy(tmp_path / "buffer", tmp_path / "killed")
+    extras = killed / STORE_DIRECTORY / "extras"
+    stamps = np.load(extras / "elastic_stamp.npy", mmap_mode="r+")
+    counts = np.load(extras / "elastic_added.npy", mmap_mode="r+")
+    numbers = np.load(extras / "elastic_number.npy")
+    stamps[np.flatnonzero(numbers == 4)] = -1  # the last add, cut short before its stamp (and its count)
+    counts[0, a.segment] = 4
+    stamps.flush(), counts.flush()
+    del stamps, counts
+    mapped = reopened(actor, killed)
+    assert xs(mapped, a.segment) == [0, 1, 2, 3] and mapped.num_frames() == 4
+    a.actor, a.next = mapped, 4  # its add did not return: the writer sends it again
+    assert a.add([4]) == [4 * 2 + a.segment]
+    assert xs(mapped, a.segment) == [0, 1, 2, 3, 4]
+    mapped.close()
+    actor.close()
+
+
+def test_a_memory_mapped_store_cleared_reopens_empty(tmp_path):
+    actor = host(capacity=40, batch_size=2, directory=str(tmp_path / "buffer"))
+    writer = Writer(actor, "w")
+    writer.add(range(10))
+    actor.clear()
+    mapped = reopened(actor, killed_copy(tmp_path / "buffer", tmp_path / "killed"))
+    assert mapped.num_frames() == 0 and mapped.frames_per_segment() == [0, 0]
+    writer.actor, writer.next = mapped, 0
+    assert writer.add([7]) == [writer.segment]
+    mapped.close()
+    actor.close()

@@ -795,20 +795,25 @@ def test_save_load_after_the_actor_is_killed(tmp_path):
         RayReplayBuffer.load(tmp_path / "absent")
 
 
-def test_memory_mapped_segments_keep_every_returned_add_when_the_actor_is_killed(tmp_path):
+@pytest.mark.parametrize("layout", ["segments", "elastic"])
+def test_memory_mapped_segments_keep_every_returned_add_when_the_actor_is_killed(tmp_path, layout):
+    # Issue 50, finding 4, with directory=: the segments' layout keeps a segment's share (6 of the writer's 9
+    # frames, capacity 12); the elastic layout, the default since it takes directory=, keeps all 9.
     directory = tmp_path / "buffer"
-    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=6, directory=directory, seed=7)
+    buffer = RayReplayBuffer(SPEC, batch_size=2, max_length=6, directory=directory, seed=7, layout=layout)
     names = sorted(path.name for path in directory.iterdir())
-    assert names == ["rate_limiter.npy", "ray_buffer.json", "segment-0000", "segment-0001"]
+    stores = ["segment-0000", "segment-0001"] if layout == "segments" else ["elastic"]
+    assert names == sorted(["rate_limiter.npy", "ray_buffer.json", *stores])
     with buffer.writer(1) as writer:
         for t in range(9):
             writer.add_batch(batch([t], 1))
     buffer.add_batch(batch([40, 140], 2))
     kill(buffer.actor)  # no flush, no close
     reopened = RayReplayBuffer.open(directory)
-    assert reopened.directory == directory.absolute()
-    assert reopened.frames_per_segment() == [6, 1]
-    assert np.asarray(reopened.gather_segment(0)["x"]).tolist() == [4, 5, 6, 7, 8, 40]
+    assert reopened.directory == directory.absolute() and reopened.layout == layout
+    kept = list(range(4, 9)) if layout == "segments" else list(range(9))
+    assert reopened.frames_per_segment() == [len(kept) + 1, 1]
+    assert np.asarray(reopened.gather_segment(0)["x"]).tolist() == [*kept, 40]
     assert np.asarray(reopened.gather_segment(1)["x"]).tolist() == [140]
     with pytest.raises(ValueError, match="gather_all: the segments hold different numbers of frames"):
         reopened.gather_all()

@@ -413,9 +413,13 @@ def limiter_counts(directory: str | None, size: int, source: list[str] | None) -
 def made_segments(config: dict[str, Any], buffer_class: Any, source: list[str] | None) -> tuple[Any, list[Any]]:
     """The buffer's store (the elastic layout's, or None) and its segments, new, reopened or loaded (`source`)."""
     if config.get("layout") == "elastic":  # the segments share one storage (`tfbuffers.remote.ray.elastic`)
-        store = ElasticStore(config)
-        if source is not None:  # ["load", a saved buffer's or a checkpoint's directory]
-            store.load(pathlib.Path(source[1]))
+        store = ElasticStore(config, reopen=source is not None and source[0] == "open")
+        try:
+            if source is not None and source[0] == "load":  # a saved buffer's or a checkpoint's directory
+                store.load(pathlib.Path(source[1]))
+        except BaseException:
+            store.close()
+            raise
         return store, list(store.views)
     segments: list[Any] = []
     try:

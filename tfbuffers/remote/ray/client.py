@@ -48,7 +48,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
 
     The frames live in one Ray actor, `capacity` of them shared by its `batch_size` segments, oldest
     out whichever holds them (`layout="elastic"`); or in `batch_size` rings of `max_length` frames
-    (`layout="segments"`: a py buffer per segment, in RAM or memory-mapped under `directory`).
+    (`layout="segments"`: a py buffer per segment); in RAM, or memory-mapped under `directory`.
     `add_batch` adds one frame to every segment, as the local buffers do; a process that adds its
     own environments' frames claims segments of its own with `writer(num_envs)`, and adds to those
     alone, at its own pace. Windows never leave a writer's stream (a segment, with segments; nor,
@@ -129,9 +129,10 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
           priority_exponent: Alpha, for the prioritized sampler.
           episode_boundaries: As in `PyUniformReplayBuffer`: windows never cross an episode.
           frame_stacks: As in `PyUniformReplayBuffer`.
-          directory: Keep every segment memory-mapped under this directory (new or empty), one
-            subdirectory per segment (`tfbuffers.storage.memmap`); `RayReplayBuffer.open(directory)` reopens
-            it after the actor died, with every add that returned.
+          directory: Keep the frames memory-mapped under this directory (new or empty): the elastic
+            store's files in `elastic/`, or one subdirectory per segment (`tfbuffers.storage.memmap`);
+            `RayReplayBuffer.open(directory)` reopens it after the actor died, with every add that returned
+            (the elastic layout's streams closed: a writer's next frames start a new one).
           min_size_to_sample: Frames the buffer must hold before a sample proceeds (it waits until
             then). None, with no `samples_per_insert`: no wait, and sampling an empty buffer raises,
             as the local buffers do; 1 with `samples_per_insert`.
@@ -172,35 +173,20 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
             whatever the number of writers (`tfbuffers.remote.ray.elastic`); each claim of a segment starts
             a new stream, and windows never cross from one stream into another. "segments": each segment
             is a ring of `max_length` frames of its own (a segment no writer holds holds nothing). None:
-            "elastic", but with `directory=`, `frame_stacks` or a sampler factory, which it does not take yet.
+            "elastic", but with `frame_stacks` or a sampler factory, which it does not take yet.
 
         Raises:
           ImportError: If Ray cannot be imported.
           TypeError, ValueError: If an argument has the wrong type or is out of range, naming it.
         """
         config = actor_config(
-            data_spec,
-            capacity,
-            batch_size=batch_size,
-            max_length=max_length,
-            sampler=sampler,
-            priority_exponent=priority_exponent,
-            episode_boundaries=episode_boundaries,
-            frame_stacks=frame_stacks,
-            directory=directory,
-            min_size_to_sample=min_size_to_sample,
-            samples_per_insert=samples_per_insert,
-            error_buffer=error_buffer,
-            seed=seed,
-            name=name,
-            writer_lease=writer_lease,
-            max_restarts=max_restarts,
-            actor_options=actor_options,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_frames=checkpoint_frames,
-            checkpoint_seconds=checkpoint_seconds,
-            layout=layout,
-        )
+            data_spec, capacity, batch_size=batch_size, max_length=max_length, sampler=sampler,
+            priority_exponent=priority_exponent, episode_boundaries=episode_boundaries, frame_stacks=frame_stacks,
+            directory=directory, min_size_to_sample=min_size_to_sample, samples_per_insert=samples_per_insert,
+            error_buffer=error_buffer, seed=seed, name=name, writer_lease=writer_lease, max_restarts=max_restarts,
+            actor_options=actor_options, checkpoint_dir=checkpoint_dir, checkpoint_frames=checkpoint_frames,
+            checkpoint_seconds=checkpoint_seconds, layout=layout,
+        )  # fmt: skip
         timeout = optional_seconds("timeout", timeout)
         prefetch_items = optional_positive_int("prefetch_items", prefetch_items)
         actor = started_actor(ensure_ray(address), config, NAMESPACE)  # a bad spec or option raised here
@@ -288,6 +274,11 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         """Where the segments are memory-mapped (`directory=`), or None in RAM."""
         directory = self._config["directory"]
         return None if directory is None else pathlib.Path(directory)
+
+    @property
+    def layout(self) -> str:
+        """How the frames are kept: "elastic" (one capacity every stream shares) or "segments" (a ring each)."""
+        return self._config["layout"]
 
     @property
     def max_restarts(self) -> int:

@@ -117,7 +117,7 @@ def actor_config(
             f"max_restarts: expected 0 without directory= or checkpoint_dir= (a restarted actor reopens its "
             f"directory, which holds every add that returned, or loads its last checkpoint), got {max_restarts}"
         )
-    layout = check_layout(layout, sampler, frame_stacks, mapped)
+    layout = check_layout(layout, sampler, frame_stacks)
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name: expected a non-empty string or None, got {name!r}")
     source: Source | None = None
@@ -174,7 +174,7 @@ def actor_config(
     }
 
 
-def check_layout(layout: Any, sampler: Any, frame_stacks: Any, directory: Any) -> str:
+def check_layout(layout: Any, sampler: Any, frame_stacks: Any) -> str:
     """`layout` checked, or chosen (None): "elastic" unless an option it does not take yet is given.
 
     Raises:
@@ -185,7 +185,6 @@ def check_layout(layout: Any, sampler: Any, frame_stacks: Any, directory: Any) -
     refused = {
         "sampler": (sampler not in ("uniform", "prioritized"), "'uniform' or 'prioritized'", sampler),
         "frame_stacks": (frame_stacks is not None, "None", frame_stacks),
-        "directory": (directory is not None, "None (it keeps its frames in RAM)", directory),
     }
     for name, (wrong, expected, received) in refused.items():
         if wrong and layout == "elastic":

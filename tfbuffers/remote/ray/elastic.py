@@ -26,7 +26,7 @@ import numpy as np
 
 from tfbuffers import specs, storage
 from tfbuffers.buffers._segmented import _step_type_field
-from tfbuffers.remote.ray.streams import Streams, draw_prioritized
+from tfbuffers.remote.ray.streams import FREE, Streams, draw_prioritized
 from tfbuffers.sampling import _sum_tree
 from tfbuffers.sampling.base import EMPTY, NO_PRIORITY
 from tfbuffers.sampling.priorities import leaf_weights
@@ -34,6 +34,8 @@ from tfbuffers.sampling.priorities import leaf_weights
 LAYOUTS = ("segments", "elastic")
 ROWS_FILE = "elastic.safetensors"
 MAP_FILE = "elastic.json"
+STORE_DIRECTORY = "elastic"
+"""With `directory=`: the store's memory-mapped files, in this subdirectory."""
 FORMAT = 1
 CHUNKS_PER_SEGMENT = 32
 """The capacity is cut into `batch_size * CHUNKS_PER_SEGMENT` chunks (at most `MAX_CHUNK_ROWS` rows each)."""
@@ -43,6 +45,31 @@ NO_WINDOW = (
     "{buffer}: num_steps={num_steps}: expected a writer's stream of at least {num_steps} consecutive frames"
     "{episodes}, got none (the longest holds {longest})"
 )
+
+
+def made_storage(directory: str | None, fields: list[specs.Field], capacity: int, reopen: bool) -> storage.Storage:
+    """The rows of `capacity` frames: in RAM, or memory-mapped under `directory`/`STORE_DIRECTORY`, new or `reopen`ed.
+
+    A memory-mapped add is journaled as one frame of a ring buffer's (`tfbuffers.storage.memmap`): a row it
+    overwrites comes back if the process dies before its counter moves.
+    """
+    if directory is None:
+        return storage.make(None, fields, capacity)
+    from tfbuffers.storage.memmap import MemmapStorage
+
+    made = MemmapStorage(pathlib.Path(directory) / STORE_DIRECTORY, reopen=reopen)(fields, capacity)
+    try:
+        made.attach(1, capacity)
+    except BaseException:
+        made.close()
+        raise
+    return made
+
+
+def held_rows(streams: Streams) -> np.ndarray:
+    """Every row holding a frame, stream by stream, each stream's oldest first."""
+    parts = [streams.rows(n, np.arange(streams.frames(n)))[:, 0] for n in streams.streams()]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 def chunk_rows(capacity: int, batch_size: int) -> int:
@@ -56,27 +83,93 @@ def chunk_rows(capacity: int, batch_size: int) -> int:
 class ElasticStore:
     """The frames of every segment's streams in one storage of `batch_size * max_length` rows (see the module)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], reopen: bool = False) -> None:
+        """A new store, in RAM or (`config["directory"]`) memory-mapped there; `reopen`: the one a directory holds.
+
+        Raises:
+          ValueError: Naming the directory or file, if a new directory is not empty or a reopened one's files
+            are not this store's (nothing changed on the disk then).
+          tfbuffers.storage.memmap.DirectoryInUseError: If another process holds the directory.
+        """
         self._label = f"RayReplayBuffer {config['name']!r}"
         self._fields = specs.flatten_spec(config["data_spec"])
         self.segments = config["batch_size"]
         capacity = self.segments * config["max_length"]
-        self._streams = Streams(capacity, chunk_rows(capacity, self.segments))
-        self._storage = storage.make(None, self._fields, capacity)
+        rows = chunk_rows(capacity, self.segments)
+        self._storage = made_storage(config["directory"], self._fields, capacity, reopen)
+        try:
+            extra = self._storage.extra  # in the files with a directory: every array below outlives the process
+            self._slot = extra("elastic/segment", np.full(capacity, -1, np.int64))  # each row's segment,
+            self._number = extra("elastic/number", np.full(capacity, -1, np.int64))  # its add number there,
+            self._stamp = extra("elastic/stamp", np.full(capacity, -1, np.int64))  # its chunk's allocation then
+            self._priorities = extra("priority", np.zeros(capacity, np.float64))
+            self._chunks = extra("elastic/chunks", np.full((3, -(-capacity // rows)), FREE, np.int64))
+            self._counts = extra("elastic/added", np.zeros((1, self.segments), np.int64))
+            self._largest = extra("elastic/largest", np.ones((1, 1), np.float64))
+            recovery = self._storage.ready("RayReplayBuffer elastic store", config["data_spec"], dict)
+        except BaseException:
+            self._storage.close()
+            raise
+        self._streams = Streams(capacity, rows, self._chunks)
         self._step_field = _step_type_field(self._fields, config["episode_boundaries"])
         self._episodes = self._step_field is not None  # the streams keep their episodes' boundaries
-        self._slot = np.full(capacity, -1, np.int64)  # each row's segment, and its add number there
-        self._number = np.full(capacity, -1, np.int64)
-        self.added = [0] * self.segments  # each segment's adds since the last clear, across its streams
         self._open: list[int | None] = [None] * self.segments  # each segment's stream taking its adds
         self._history: list[list[tuple[int, int]]] = [[] for _ in range(self.segments)]  # (first add, stream)
         self.prioritized = config["sampler"] == "prioritized"
         self._exponent = float(config["priority_exponent"])
-        self._priorities = np.zeros(capacity, np.float64)
         self._weights = np.zeros(capacity, np.float64)  # priority ** exponent, the sum tree's leaves
         self._tree = _sum_tree.empty(capacity)
-        self.largest = 1.0
         self.views = [ElasticSegment(self, s) for s in range(self.segments)]
+        if recovery.clearing:  # a clear its process did not finish
+            self.clear()
+        elif recovery.reopened:
+            self._rebuild()
+
+    @property
+    def added(self) -> np.ndarray:
+        """Each segment's adds since the last clear, across its streams."""
+        return self._counts[0]
+
+    @property
+    def largest(self) -> float:
+        """The priority of new frames: the largest given so far (1 at first)."""
+        return float(self._largest[0, 0])
+
+    @largest.setter
+    def largest(self, value: float) -> None:
+        self._largest[0, 0] = value
+
+    def _rebuild(self) -> None:
+        """A reopened directory's streams, rebuilt from its chunks' map and the rows' stamps.
+
+        A row holds a frame if its stamp is its chunk's allocation: an add stamps its row last, and a file's
+        journal undoes an add whose counter had not moved.
+        """
+        capacity, rows = self._streams.capacity, self._streams.chunk_rows
+        count = self._streams.num_chunks
+        stamps = np.full(count * rows, -2, np.int64)
+        stamps[:capacity] = self._stamp
+        current = stamps.reshape(count, rows) == self._chunks[1][:, None]
+        filled = np.where(current.all(axis=1), rows, current.argmin(axis=1))  # the prefix of each chunk stamped
+        allocations = int(max(self._chunks[1].max(initial=-1), self._stamp.max(initial=-1))) + 1
+        step_types = None
+        if self._step_field is not None:
+            column = self._storage.column(self._step_field)
+            step_types = lambda held: column[held]  # noqa: E731
+        self._streams.rebuild(filled, allocations, step_types)
+        held = held_rows(self._streams)
+        valid = np.zeros(capacity, bool)
+        valid[held] = True
+        self._slot[~valid], self._number[~valid], self._priorities[~valid] = -1, -1, 0.0
+        for n in self._streams.streams():
+            oldest = int(self._streams.rows(n, [0])[0, 0])
+            segment = int(self._slot[oldest])
+            self._history[segment].append((int(self._number[oldest]) - self._streams.dropped(n), n))
+        for segment in range(self.segments):
+            numbers = self._number[held][self._slot[held] == segment]
+            self.added[segment] = max(int(self.added[segment]), int(numbers.max(initial=-1)) + 1)
+        self._weights[:] = leaf_weights(self._priorities, self._exponent)
+        self._tree = _sum_tree.build(self._weights, capacity)
 
     # Writes.
 
@@ -92,15 +185,17 @@ class ElasticStore:
         stream = self._open[segment]
         if stream is None:
             stream = self._open[segment] = self._streams.open()
-            self._history[segment].append((self.added[segment], stream))
+            self._history[segment].append((int(self.added[segment]), stream))
         types = None if self._step_field is None else leaves[self._step_field].reshape(1)
         row = int(self._streams.append(stream, 1, types)[0])
         self._forget_freed()
-        self._storage.write_block(row, leaves)
-        number = self.added[segment]
+        self._storage.write_block(row, leaves)  # a memory-mapped row journaled until the counter moves
+        number = int(self.added[segment])
         self._slot[row], self._number[row] = segment, number
         if self.prioritized:
             self._set([row], np.array([self.largest]))
+        self._stamp[row] = self._chunks[1][row // self._streams.chunk_rows]  # the row holds a frame
+        self._storage.added += 1  # the add is kept (a file's journal spent)
         self.added[segment] = number + 1
         return number
 
@@ -111,7 +206,7 @@ class ElasticStore:
             rows = (rows[:, None] + np.arange(self._streams.chunk_rows)).ravel()
             rows = rows[rows < self._streams.capacity]
             self._streams.freed.clear()
-            self._slot[rows], self._number[rows] = -1, -1
+            self._slot[rows], self._number[rows], self._stamp[rows] = -1, -1, -1
             if self.prioritized:
                 self._set(rows, np.zeros(len(rows)))
 
@@ -125,14 +220,18 @@ class ElasticStore:
     def clear(self) -> None:
         """Empties every stream; the segments count their adds from 0 again (as a segment's `clear`)."""
         capacity, rows = self._streams.capacity, self._streams.chunk_rows
-        self._streams = Streams(capacity, rows)
-        self._slot[:], self._number[:] = -1, -1
-        self.added = [0] * self.segments
+        with self._storage.changing("clear"):  # a directory's clear cut short is finished when it is reopened
+            self._chunks[...] = FREE
+            self._slot[:], self._number[:], self._stamp[:] = -1, -1, -1
+            self._priorities[:] = 0.0
+            self.added[:] = 0
+            self.largest = 1.0
+            self._storage.added = 0
+        self._streams = Streams(capacity, rows, self._chunks)
         self._open = [None] * self.segments
         self._history = [[] for _ in range(self.segments)]
-        self._priorities[:], self._weights[:] = 0.0, 0.0
+        self._weights[:] = 0.0
         self._tree = _sum_tree.empty(capacity)
-        self.largest = 1.0
 
     # Reads.
 
@@ -230,7 +329,7 @@ class ElasticStore:
         layout = {
             "format": FORMAT,
             "streams": self._streams.state(),
-            "added": self.added,
+            "added": self.added.tolist(),
             "open": self._open,
             "history": self._history,
             "largest": self.largest,
@@ -271,19 +370,29 @@ class ElasticStore:
                 raise ValueError(
                     f"{directory / ROWS_FILE}: {name}: expected {np.dtype(dtype)}{list(shape)}, got {received}"
                 )  # fmt: skip
-        self._storage.replace([arrays[f"field-{i}"] for i in range(len(self._fields))])
-        self._streams = streams
-        self._slot[:], self._number[:] = arrays["segment"], arrays["number"]
-        self.added = [int(a) for a in layout["added"]]
+        with self._storage.changing("restore"):  # a directory's load cut short is refused when it is reopened
+            self._storage.replace([arrays[f"field-{i}"] for i in range(len(self._fields))])
+            self._streams = Streams(capacity, self._streams.chunk_rows, self._chunks)
+            self._streams.restore(layout["streams"])
+            self._slot[:], self._number[:] = arrays["segment"], arrays["number"]
+            held = held_rows(self._streams)
+            self._stamp[:] = -1
+            self._stamp[held] = self._chunks[1][held // self._streams.chunk_rows]
+            self._priorities[:] = arrays["priority"]
+            self.added[:] = [int(a) for a in layout["added"]]
+            self.largest = float(layout["largest"])
+            self._storage.added = int(self.added.sum())
         for n in layout["open"]:  # the frames after the save are not here: a writer's next add starts a stream
             if n is not None:
                 self._streams.close(int(n))
         self._open = [None] * self.segments
         self._history = [[(int(first), int(n)) for first, n in held] for held in layout["history"]]
-        self._priorities[:] = arrays["priority"]
         self._weights[:] = leaf_weights(self._priorities, self._exponent)
         self._tree = _sum_tree.build(self._weights, capacity)
-        self.largest = float(layout["largest"])
+
+    def flush(self) -> None:
+        """Writes a memory-mapped store back to the disk (`msync`): a machine crash after it keeps every add."""
+        self._storage.flush()
 
     def close(self) -> None:
         """Releases the storage."""
@@ -344,7 +453,9 @@ class ElasticSegment:
         self.store.clear()
 
     def flush(self) -> None:
-        """Nothing: the store is in RAM."""
+        """Writes a memory-mapped store back to the disk (once for every segment)."""
+        if self._segment == 0:
+            self.store.flush()
 
     def close(self) -> None:
         """Releases the store (once for every segment)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,13 @@ class _Stream:
 class Streams:
     """The chunks of `capacity` rows, the streams holding them in order, and the ids of their frames."""
 
-    def __init__(self, capacity: int, chunk_rows: int) -> None:
+    def __init__(self, capacity: int, chunk_rows: int, chunks: np.ndarray | None = None) -> None:
+        """Every chunk free, no stream.
+
+        `chunks`: the `[3, chunks]` int64 array to keep the map in (each chunk's owner, allocation and start;
+        a file's, to outlive the process), every entry `FREE`; or a reopened map's, which `rebuild` reads.
+        None: one in RAM.
+        """
         if capacity < 1:
             raise ValueError(f"capacity: expected a positive int, got {capacity}")
         if not 1 <= chunk_rows <= capacity:
@@ -47,14 +54,19 @@ class Streams:
         self.capacity, self.chunk_rows = capacity, chunk_rows
         count = -(-capacity // chunk_rows)
         self._rows = np.minimum(chunk_rows, capacity - np.arange(count) * chunk_rows)  # rows of each chunk
-        self._owner = np.full(count, FREE, np.int64)  # the stream holding each chunk
-        self._allocation = np.full(count, FREE, np.int64)  # the allocation number of its current use
+        if chunks is None:
+            chunks = np.full((3, count), FREE, np.int64)
+        if chunks.shape != (3, count):
+            raise ValueError(f"chunks: expected an int64 array of shape {[3, count]}, got {list(chunks.shape)}")
+        self._owner = chunks[0]  # the stream holding each chunk
+        self._allocation = chunks[1]  # the allocation number of its current use
+        self._start = chunks[2]  # the number in its stream of its first row's frame (the stream's frames from 0)
         self._allocated: collections.deque[int] = collections.deque()  # held chunks, allocated longest ago first
         self._free: collections.deque[int] = collections.deque(range(count))
         self._streams: dict[int, _Stream] = {}
         self._next_stream = 0
         self._allocations = 0
-        self.evicted = 0  # frames dropped to make room, over the buffer's life
+        self.evicted = 0  # frames dropped to make room since the map was made (or rebuilt)
         self.freed: list[int] = []  # chunks evicted since its owner last read them (it clears the list)
 
     @property
@@ -135,11 +147,12 @@ class Streams:
         if not self._free:
             self._evict(self._allocated[0])
         chunk = self._free.popleft()
+        s = self._streams[stream]
         self._owner[chunk] = stream
         self._allocation[chunk] = self._allocations
+        self._start[chunk] = s.dropped + s.frames
         self._allocations += 1
         self._allocated.append(chunk)
-        s = self._streams[stream]
         s.chunks.append(chunk)
         s.filled = 0
 
@@ -157,8 +170,7 @@ class Streams:
         while s.cuts and s.cuts[0] <= s.dropped:  # a boundary before its oldest frame held bounds nothing now
             s.cuts.popleft()
         self.evicted += lost
-        self._owner[chunk] = FREE
-        self._allocation[chunk] = FREE
+        self._owner[chunk] = self._allocation[chunk] = self._start[chunk] = FREE
         self._free.append(chunk)
         self.freed.append(chunk)
         self._forget_if_done(owner)
@@ -323,20 +335,55 @@ class Streams:
         return made
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Takes the map `state()` gave (of the same capacity and chunks)."""
+        """Takes the map `state()` gave (of the same capacity and chunks), written into the map's array."""
         self._allocations, self._next_stream = int(state["allocations"]), int(state["next_stream"])
         self.evicted = int(state["evicted"])
-        self._allocation = np.asarray(state["allocation"], np.int64)
+        self._allocation[:] = np.asarray(state["allocation"], np.int64)
         self._allocated = collections.deque(int(c) for c in state["allocated"])
-        self._owner[:] = FREE
+        self._owner[:] = self._start[:] = FREE
         self._streams = {}
         for key, saved in state["streams"].items():
             stream = _Stream(collections.deque(int(c) for c in saved["chunks"]), int(saved["filled"]),
                              int(saved["frames"]), int(saved["dropped"]), bool(saved["open"]),
                              collections.deque(int(c) for c in saved["cuts"]), bool(saved["last"]))  # fmt: skip
             self._streams[int(key)] = stream
-            self._owner[list(stream.chunks)] = int(key)
+            chunks = list(stream.chunks)
+            self._owner[chunks] = int(key)
+            self._start[chunks] = stream.dropped + np.cumsum(self._rows[chunks]) - self._rows[chunks]
         self._free = collections.deque(c for c in range(self.num_chunks) if self._owner[c] == FREE)
+
+    def rebuild(self, filled: np.ndarray, allocations: int, step_types: Callable[[np.ndarray], Any] | None) -> None:
+        """The streams of a reopened map (`chunks=` a file's): what the chunks' owners, allocations and starts say.
+
+        `filled`: how many rows of each chunk hold a frame of its current allocation (from its first row on); a
+        chunk holding none is freed. `allocations`: more than any allocation number a row was written under.
+        `step_types(rows)`: the step types of those frames, for episode boundaries (None: without). Every
+        stream is closed: the next frames of its segment go to a new one.
+        """
+        filled = np.where(self._owner == FREE, 0, np.asarray(filled, np.int64))
+        empty = np.flatnonzero((self._owner != FREE) & (filled == 0))
+        self._owner[empty] = self._allocation[empty] = self._start[empty] = FREE
+        held = np.flatnonzero(self._owner != FREE)
+        order = held[np.argsort(self._allocation[held], kind="stable")].tolist()
+        self._allocated = collections.deque(order)
+        self._free = collections.deque(np.flatnonzero(self._owner == FREE).tolist())
+        self._allocations = allocations
+        self._streams = {}
+        for chunk in order:
+            s = self._streams.setdefault(int(self._owner[chunk]), _Stream(open=False))
+            s.chunks.append(chunk)
+        for n in sorted(self._streams):
+            s = self._streams.pop(n)
+            self._streams[n] = s  # in the order they were opened
+            first, tail = s.chunks[0], s.chunks[-1]
+            s.filled, s.dropped = int(filled[tail]), int(self._start[first])
+            s.frames = int(self._start[tail]) + s.filled - s.dropped
+            if step_types is not None:
+                types = np.asarray(step_types(self.rows(n, np.arange(s.frames))[:, 0])).reshape(-1)
+                after = np.flatnonzero((types[:-1] == LAST) | (types[1:] == FIRST)) + 1  # frames an episode begins at
+                s.cuts = collections.deque((after + s.dropped).tolist())
+                s.last = bool(types.size) and int(types[-1]) == LAST
+        self._next_stream = max(self._streams, default=-1) + 1
 
 
 REDRAWS = 4
