@@ -449,7 +449,9 @@ ONE_STACK = {
     "tf_agents_tests_test.py::test_against_tf_agents_itself_every_test_passes": "pinned",
     "scripts_test.py::test_the_atari_workload_stores_frame_stacks_and_compares_them": "pinned",
     "scripts_test.py::test_a_seeded_dqn_run_repeats_exactly_and_prints_only_its_results": "pinned",
-    "concurrency_test.py": "current",
+    # The thread tests on the stack whose workers start no Ray cluster: on the current one, CI's runs saw graph calls
+    # wait past 30 s for their ops twice (2026-11-29), probably starved by the other worker's Ray processes.
+    "concurrency_test.py": "pinned",
     "memmap_test.py::test_a_writer_killed_at_random_moments_loses_no_returned_add_and_tears_nothing": "current",
     "files_test.py::test_a_save_killed_at_random_moments_leaves_the_previous_or_the_new_file": "current",
     "files_test.py::test_saves_beside_a_writer_are_consistent_snapshots": "current",
