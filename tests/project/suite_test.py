@@ -101,7 +101,7 @@ def test_one_stack_takes_the_most_specific_key():
     assert conftest.one_stack(item("colabs_test.py", "test_notebook_runs", "tutorial.ipynb")) == "current"
     assert conftest.one_stack(item("colabs_test.py", "test_notebook_runs", "reverb_and_scaling.ipynb")) is None
     assert conftest.one_stack(item("colabs_test.py", "test_notebook_runs_in_a_kernel", "x")) == "pinned"
-    assert conftest.one_stack(item("concurrency_test.py", "test_wait_for_writers_must_be_a_bool")) == "current"
+    assert conftest.one_stack(item("concurrency_test.py", "test_wait_for_writers_must_be_a_bool")) == "pinned"
     assert conftest.one_stack(item("contract_test.py", "test_clear", "tf_eager")) is None
 
 
