@@ -407,7 +407,7 @@ class _Added:
 
     @property
     def added(self) -> int:
-        return self._store.added[self._segment]
+        return int(self._store.added[self._segment])
 
 
 class _Largest:
