@@ -165,9 +165,9 @@ class ElasticStore:
             oldest = int(self._streams.rows(n, [0])[0, 0])
             segment = int(self._slot[oldest])
             self._history[segment].append((int(self._number[oldest]) - self._streams.dropped(n), n))
-        for segment in range(self.segments):
-            numbers = self._number[held][self._slot[held] == segment]
-            self.added[segment] = max(int(self.added[segment]), int(numbers.max(initial=-1)) + 1)
+        numbers, slots = self._number[held], self._slot[held]
+        for segment in range(self.segments):  # an add whose count had not moved when its process died, counted
+            self.added[segment] = max(int(self.added[segment]), int(numbers[slots == segment].max(initial=-1)) + 1)
         self._weights[:] = leaf_weights(self._priorities, self._exponent)
         self._tree = _sum_tree.build(self._weights, capacity)
 
