@@ -239,18 +239,25 @@ def test_a_dataset_drops_torn_reads_and_counts_them_in_a_row():
 
 
 def hold_the_writers_lock(buffer):
-    """A thread holding `buffer`'s writers' lock until `release` is set; `inside` is set once it holds it."""
+    """A thread holding `buffer`'s writers' lock until `release` is set (5 minutes at most), once it returns.
+
+    The holder's function is traced here, before its thread starts, and has two minutes to reach the lock: on
+    CI's loaded machine a graph call traced in its thread took more than 30 s to get there (2026-11-29), and a
+    test's own graph call may take that long to trace before it tries the lock the holder must still hold.
+    """
     inside, release = threading.Event(), threading.Event()
 
     def slow_write() -> tuple[list[tf.Tensor], tf.Tensor]:
-        done = tf.numpy_function(lambda: (inside.set(), release.wait(30), np.int64(0))[-1], [], tf.int64)
+        done = tf.numpy_function(lambda: (inside.set(), release.wait(300), np.int64(0))[-1], [], tf.int64)
         return [done], done
 
-    holder = threading.Thread(target=tf.function(lambda: buffer._concurrency.exclusive([], slow_write, "add_batch")))
+    hold = tf.function(lambda: buffer._concurrency.exclusive([], slow_write, "add_batch"))
+    hold.get_concrete_function()
+    holder = threading.Thread(target=hold)
     holder.start()
-    if not inside.wait(30):
+    if not inside.wait(120):
         release.set()  # not left waiting, holding an inter-op thread, when it gets there
-        raise AssertionError("the holder's graph call did not reach the writers' lock within 30 s")
+        raise AssertionError(f"the holder's graph call did not reach the writers' lock in 120 s; {where_threads_are()}")
     return holder, release
 
 
