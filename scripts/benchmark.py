@@ -168,7 +168,17 @@ import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known sta
 # isort: split
 from _bench.actors import actor_rates, local_learner_rate  # noqa: E402
 from _bench.flashbax import flashbax_python, flashbax_rates  # noqa: E402
-from _bench.measure import System, _add_steps, _anonymous, _rss, _time, executed_ops, graph_ops  # noqa: E402
+from _bench.measure import (  # noqa: E402
+    System,
+    _add_steps,
+    _anonymous,
+    _rss,
+    _time,
+    block_of,
+    block_size,
+    executed_ops,
+    graph_ops,
+)
 from _bench.report import machine, markdown, plot, ratios, summarize  # noqa: E402
 from _bench.systems import MEASURES, SYSTEMS, available_systems  # noqa: E402
 from _bench.workloads import QUICK_FRAMES, WORKLOADS, Workload, numpy_batches  # noqa: E402
@@ -195,6 +205,7 @@ def run_workload(
     classes = [cls for cls in classes if cls.applies(workload)]
     systems: list[System] = []
     given: dict[str, list[Any]] = {}  # each system's batches
+    blocks: dict[str, Any] = {}  # and its block of them (`add_block`)
     memory: dict[str, dict[str, float | None]] = {}
     total = workload.frames * len(classes)
     with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
@@ -202,6 +213,7 @@ def run_workload(
             before, anonymous_before = _rss(), _anonymous()
             system = cls(workload)
             given[system.name] = system.prepare(batches)
+            blocks[system.name] = block_of(workload, given[system.name])
             system.fill(given[system.name], bar)
             resident = _rss() - before
             anonymous_after = _anonymous()
@@ -230,6 +242,9 @@ def run_workload(
                 if system.adds:
                     seconds = _time(functools.partial(_add_steps, system, given[system.name], num_adds))
                     samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
+                blocked = system.add_block(blocks[system.name])
+                if blocked is not None:
+                    samples["add_block"][system.name].append(block_size(blocks[system.name]) / blocked)
                 graph = system.add_graph(num_adds * 5)
                 if graph is not None:
                     samples["add_graph"][system.name].append(num_adds * 5 * workload.num_envs / graph)

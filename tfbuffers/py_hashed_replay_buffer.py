@@ -142,6 +142,7 @@ class PyHashedReplayBuffer(PyUniformReplayBuffer):
         ]
         return leaves, np.full(shape, -1, np.int64), np.zeros(shape[:1] if sample_batch_size else [], np.float32)
 
-    def _stored_locked(self, added: int) -> None:
-        if self._log_interval and (added + 1) % self._log_interval == 0:
+    def _stored_locked(self, first: int, count: int) -> None:
+        interval = self._log_interval
+        if interval and (first + count) // interval > first // interval:  # add number k * interval - 1 among them
             _LOG.info("Effective replay buffer frame count: %d", len(self.frame_buffer))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import _ring, sampling, specs
+from tfbuffers import _blocks, _ring, sampling, specs
 from tfbuffers import state as state_lib
 from tfbuffers.buffers._segmented import SegmentedReplayBuffer
 from tfbuffers.execution import host
@@ -277,16 +277,22 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             if sampler.watches_adds:
                 sampler.on_add(added, slice(first_row, first_row + self._batch_size))
             self._table.added = added + 1  # last: the add's commit (tfbuffers.storage.memmap)
-            self._stored_locked(added)
+            self._stored_locked(added, 1)
         return added * self._batch_size + self._segments
+
+    def _extend_value(self, arrays: list[np.ndarray], frames: int) -> np.ndarray:
+        with self._lock:  # runs of adds, each written as one block and committed (`tfbuffers._blocks.write_runs`)
+            self._check_open()
+            types = arrays[self._step_field] if self._episodes else None
+            added = _blocks.write_runs(self._table, self._sampler, arrays, self._max_length, types, self._stored_locked)
+        return _blocks.block_ids(added, frames, self._batch_size)
 
     def sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        """`get_next` as flat numpy arrays: `(leaves, ids, probabilities)`, the leaves in `tf.nest.flatten` order.
+        """`get_next` as flat numpy arrays, `(leaves, ids, probabilities)`, for a caller that joins many buffers' draws.
 
-        The same draw without packing the nest, for a caller that reads many buffers and joins their windows
-        (`tfbuffers.ray_replay_buffer` draws each segment's share of a sample this way).
+        The leaves in `tf.nest.flatten` order (`tfbuffers.ray_replay_buffer` draws each segment's share this way).
         """
         return self._sample_arrays(sample_batch_size, num_steps)
 
@@ -376,13 +382,12 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
         """Copies of the extra arrays of the state (see `state_template`): a prioritized buffer's priorities."""
         return self._sampler.state_extras()
 
-    def _stored_locked(self, added: int) -> None:
-        """Add number `added` was just written (under the lock): for a subclass that logs."""
+    def _stored_locked(self, first: int, count: int) -> None:
+        """Adds `first` to `first + count - 1` were just written (under the lock): for a subclass that logs."""
 
-    # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the
-    # functions given to numpy_function in a global registry for as long as it pleases, so
-    # they reach the buffer through a weak reference: a dropped buffer is freed. The
-    # datasets hold the buffer itself (see `tfbuffers.replay_buffer.keep_alive`).
+    # Tensor views for tf.data: one numpy_function call per element. TensorFlow keeps the functions given to
+    # numpy_function in a global registry for as long as it pleases, so they reach the buffer through a weak
+    # reference: a dropped buffer is freed. The datasets hold the buffer (`tfbuffers.replay_buffer.keep_alive`).
 
     def _added_value(self) -> np.int64:
         return np.int64(self._table.added)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import specs
+from tfbuffers import _blocks, specs
 
 BufferInfo = collections.namedtuple("BufferInfo", ["ids", "probabilities"])
 BufferInfo.__doc__ = """What a buffer says about the items it returns.
@@ -285,6 +285,36 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         return self._add_batch(leaves, deferred)
 
     @_not_converted
+    def extend(self, items: Any) -> Any:
+        """Adds a block of `T` frames per segment: exactly `add_batch(items[:, t])` for `t = 0, ..., T - 1`.
+
+        One check of the whole block and, in the segmented buffers, one write per field (two where the ring
+        wraps) instead of `T` calls: how a vectorized environment's rollout, an n-step block, a dataset or
+        another buffer's contents go in at the speed of an array copy. The ids, the windows a sample draws, the
+        record of episode ends and the priorities (each new frame the largest so far) are those of the `T` adds.
+        Eagerly or inside a `tf.function` (where `T` must be known when it is traced). TF-Agents has no such
+        method; its `add_batch` is here too, unchanged.
+
+        Args:
+          items: A nest matching `data_spec`, each leaf `[batch_size, T, *shape]` (batch-major, like the
+            `[B, T]` trajectories of TF-Agents), one `T` (0 or more) for all. Exactly the spec's dtypes, as
+            `add_batch`.
+
+        Returns:
+          The int64 ids of the stored frames, `[batch_size, T]`.
+
+        Raises:
+          TypeError: If the structure differs from `data_spec` or a leaf is not array-like.
+          ValueError: Naming the field, if a leaf's number of frames differs from the first leaf's (or no leaf
+            says it), or its dtype, batch size or inner shape differs. The buffer is unchanged then.
+        """
+        self._check_open()
+        leaves, deferred, frames = _blocks.check_block(
+            items, self._data_spec, self._fields, self._add_batch_outer_dims()
+        )
+        return self._extend(leaves, deferred, frames)
+
+    @_not_converted
     def get_next(
         self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
     ) -> tuple[Any, BufferInfo]:
@@ -453,6 +483,17 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def _add_batch(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> Any:
         """Stores checked leaves (in `tf.nest.flatten` order); returns their ids."""
+
+    def _extend(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck], frames: int) -> Any:
+        """Stores a checked block (leaves `[*outer, frames, ...]`); returns the ids. By default one add per frame.
+
+        Eagerly (every shape known: `deferred` is empty); a buffer that runs in graphs extends it.
+        """
+        assert not deferred, "a graph's block: the buffer's own _extend"
+        ids = [self._add_batch(_blocks.frame(leaves, t), []) for t in range(frames)]
+        if not ids:
+            return np.zeros([*self._add_batch_outer_dims(), 0], np.int64)
+        return tf.stack(ids, axis=1) if tf.is_tensor(ids[0]) else np.stack(ids, axis=1)
 
     @abc.abstractmethod
     def _get_next(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[Any, BufferInfo]:

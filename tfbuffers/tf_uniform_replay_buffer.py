@@ -15,6 +15,7 @@ from tfbuffers import state as state_lib
 from tfbuffers import storage as storage_lib
 from tfbuffers.buffers import _datasets
 from tfbuffers.buffers._segmented import NOT_A_BOOL, SegmentedReplayBuffer
+from tfbuffers.execution import _graph_blocks
 from tfbuffers.execution._graph_calls import GraphCalls
 from tfbuffers.execution._graph_reads import GraphReads
 from tfbuffers.execution._states import GraphStates
@@ -28,6 +29,24 @@ _OPS = _ring.TENSORFLOW
 def _ensure_inner_shape(leaf: Any, check: specs.DeferredShapeCheck) -> tf.Tensor:
     shape = [None] * check.outer_dims + list(check.expected[check.outer_dims :])
     return tf.ensure_shape(leaf, shape, name="check_" + re.sub(r"[^A-Za-z0-9_.\-]", "_", check.path))
+
+
+def _checked(leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tuple[list[Any], list[tf.Tensor]]:
+    """The in-graph checks of shapes unknown at trace time, and the leaves as tensors that follow them."""
+    checks = specs.graph_shape_assertions(deferred)
+    deferred_by_leaf = {id(check.value): check for check in deferred}
+    with tf.control_dependencies(checks):
+        # Grappler infers an inner dimension unknown at trace time from the write and may fold the
+        # named checks above into constants; EnsureShape, which it keeps, then refuses the leaf (its
+        # node named for the field) before the lock is tried. Batch dimensions stay unpinned (rows
+        # follow each leaf's length), so their named check is never folded.
+        tensors = [
+            _ensure_inner_shape(leaf, deferred_by_leaf[id(leaf)])
+            if id(leaf) in deferred_by_leaf
+            else tf.convert_to_tensor(leaf)
+            for leaf in leaves
+        ]
+    return checks, tensors
 
 
 class TFUniformReplayBuffer(SegmentedReplayBuffer):
@@ -246,19 +265,7 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
 
     def _write(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope(self._scope):
-            checks = specs.graph_shape_assertions(deferred)
-            deferred_by_leaf = {id(check.value): check for check in deferred}
-            with tf.control_dependencies(checks):
-                # Grappler infers an inner dimension unknown at trace time from the write and may fold the
-                # named checks above into constants; EnsureShape, which it keeps, then refuses the leaf (its
-                # node named for the field) before the lock is tried. Batch dimensions stay unpinned (rows
-                # follow each leaf's length), so their named check is never folded.
-                leaves = [
-                    _ensure_inner_shape(leaf, deferred_by_leaf[id(leaf)])
-                    if id(leaf) in deferred_by_leaf
-                    else tf.convert_to_tensor(leaf)
-                    for leaf in leaves
-                ]
+            checks, leaves = _checked(leaves, deferred)
 
             def write() -> tuple[list[Any], tf.Tensor]:
                 added = self._added.read_value()
@@ -270,17 +277,38 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
                     rows = [start + _OPS.arange(tf.shape(x, out_type=tf.int64)[0]) for x in leaves]
                 else:
                     rows = [block] * len(leaves)
-                # The sampler reads the previous frames' step types and the overwritten rows' weights first.
-                read = self._sampler.before_add(added, leaves[self._step_field] if self._episodes else None)
-                with tf.control_dependencies(read):
-                    writes = [*read, *self._table.write(rows, leaves), *self._sampler.on_add(added, block)]
                 # The counter moves only once the rows are written, so that readers
                 # never count a frame that is not there yet.
-                with tf.control_dependencies(writes):
+                with tf.control_dependencies(self._add_ops(added, leaves, rows, block)):
                     moved = self._added.assign_add(1, read_value=False)
                 return [moved], ids
 
             return self._concurrency.exclusive([*checks, *leaves], write, "add_batch")
+
+    def _add_ops(self, added: tf.Tensor, leaves: list[tf.Tensor], rows: list[tf.Tensor], block: tf.Tensor) -> list[Any]:
+        """The writes of add number `added`: its rows and the sampler's state (which reads what it needs first)."""
+        read = self._sampler.before_add(added, leaves[self._step_field] if self._episodes else None)
+        with tf.control_dependencies(read):
+            return [*read, *self._table.write(rows, leaves), *self._sampler.on_add(added, block)]
+
+    def _extend(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck], frames: int) -> tf.Tensor:
+        if tf.executing_eagerly():
+            tensors = [tf.convert_to_tensor(leaf) for leaf in leaves]
+            return self._calls.locked(self._write_block, tensors, [])
+        return self._write_block(leaves, deferred)
+
+    def _write_block(self, leaves: list[Any], deferred: list[specs.DeferredShapeCheck]) -> tf.Tensor:
+        with tf.device(self._device), tf.name_scope(self._scope):
+            checks, leaves = _checked(leaves, deferred)
+            frames = int(leaves[0].shape[1]) if leaves else 0
+            sizes = _graph_blocks.Sizes(self._batch_size, self._max_length, frames)
+
+            def write() -> tuple[list[Any], tf.Tensor]:
+                if self._sampler.watches_adds:  # add by add, each the writes of `add_batch`, in one loop
+                    return _graph_blocks.add_by_add(self._added, leaves, sizes, self._add_ops)
+                return _graph_blocks.scattered(self._added, leaves, sizes, self._table)
+
+            return self._concurrency.exclusive([*checks, *leaves], write, "extend")
 
     def _added_tensor(self) -> tf.Tensor:
         return self._added.read_value()

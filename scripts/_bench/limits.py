@@ -31,6 +31,23 @@ class NumpyLimit(System):
             array[start : start + self.workload.num_envs] = leaf
         self.position += 1
 
+    def add_block(self, block: Any) -> float:
+        """Slice assignments of the block's frames, time-major (two where the ring wraps): the limit of a block add."""
+        w = self.workload
+
+        def write() -> None:
+            leaves = tf.nest.flatten(block)
+            frames = leaves[0].shape[1]
+            position = self.position % w.max_length
+            first = min(frames, w.max_length - position)
+            for array, leaf in zip(self.arrays, leaves):
+                view = array.reshape(w.max_length, w.num_envs, *leaf.shape[2:])
+                view[position : position + first] = leaf[:, :first].swapaxes(0, 1)
+                view[: frames - first] = leaf[:, first:].swapaxes(0, 1)
+            self.position += frames
+
+        return _time(write)
+
     def _gather(self) -> list[np.ndarray]:
         w = self.workload
         starts = self.rng.integers(0, w.max_length - w.num_steps + 1, w.sample_batch_size)

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
@@ -138,6 +139,16 @@ class Cpprb(System):
     def add(self, batch: Any) -> None:
         leaves = dict(zip(self.paths, tf.nest.flatten(batch)))
         self.buffer.add(**leaves, next_observation=leaves["observation"])
+
+    def add_block(self, block: Any) -> float:
+        """One `add` of the block's frames, time-major (cpprb takes rows of any count)."""
+
+        def add() -> None:
+            leaves = [np.swapaxes(leaf, 0, 1).reshape(-1, *leaf.shape[2:]) for leaf in tf.nest.flatten(block)]
+            named = dict(zip(self.paths, leaves))
+            self.buffer.add(**named, next_observation=named["observation"])
+
+        return _time(add)
 
     def _sample(self) -> Any:
         return self.buffer.sample(self.workload.sample_batch_size)

@@ -12,6 +12,7 @@ from _bench.names import SYSTEM_NAMES
 MEASURES = {
     "add_eager": "add, eager call per step (frames/s)",
     "add_graph": "add, inside one tf.function loop (frames/s)",
+    "add_block": "add, a block of 1,024 frames in one call (frames/s; one add per frame where there is no block add)",
     "sample_dataset": "sample, as_dataset + prefetch (frames/s)",
     "sample_dataset_graph": "sample, as_dataset consumed in a tf.function loop (frames/s)",
     "get_next": "sample, direct get_next (frames/s)",

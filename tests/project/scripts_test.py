@@ -517,6 +517,9 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
         stacks = {"tfbuffers py frame stacks", "tfbuffers py frame stacks memmap"}
         present = systems - (stacks if name == "control" else set())
         assert set(measures["add_eager"]) == present - {"tf.data ceiling"}
+        # A block of 1,024 frames in one call (`extend`; one add per frame where a system has no block add).
+        assert set(measures["add_block"]) == present - {"tf.data ceiling"} - stacks
+        assert {"tfbuffers py / numpy limit", "tfbuffers TF / TF-Agents TF"} <= set(result["ratios"]["add_block"])
         assert (
             set(measures["add_graph"])
             == {

@@ -133,6 +133,8 @@ class HostExecution(metaclass=abc.ABCMeta):
     op when the graph runs (`call`):
 
     - `_add_value(arrays)`: one frame per segment (checked leaves, batch first) → the `[batch_size]` ids;
+    - `_extend_value(arrays, frames)`: a block, `[batch_size, frames, ...]` → the `[batch_size, frames]` ids (one
+      `_add_value` per frame unless overridden);
     - `_sample_arrays(sample_batch_size, num_steps)` → `(leaves, ids, probabilities)` (`sample`'s draw);
     - `_num_frames_value()`, `_clear_value()` → an int64 scalar;
     - `_gather_all_arrays()` → every frame's leaves, `[batch_size, frames, ...]`.
@@ -146,6 +148,8 @@ class HostExecution(metaclass=abc.ABCMeta):
     batch_size: Any
     _pack: Callable[..., Any]
     add_batch: Callable[..., Any]
+    extend: Callable[..., Any]
+    _add_batch_outer_dims: Callable[[], tuple[int, ...]]
 
     @abc.abstractmethod
     def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
@@ -180,6 +184,22 @@ class HostExecution(metaclass=abc.ABCMeta):
     def _add_arrays(self, *values: np.ndarray) -> np.ndarray:
         # A graph's add when it runs: checked again, for the shapes unknown when it was traced.
         return np.asarray(self.add_batch(self._pack(values)))
+
+    def _extend(self, leaves: list[Any], deferred: list[DeferredShapeCheck], frames: int) -> Any:
+        if not tf.executing_eagerly():  # the block's add when the graph runs, checked again there
+            outer = [*self._add_batch_outer_dims(), frames]
+            return call(self._extend_arrays, [tf.convert_to_tensor(leaf) for leaf in leaves], tf.int64, outer)
+        return self._extend_value(arrays(leaves), frames)
+
+    def _extend_arrays(self, *values: np.ndarray) -> np.ndarray:
+        return np.asarray(self.extend(self._pack(values)))
+
+    def _extend_value(self, arrays: list[np.ndarray], frames: int) -> np.ndarray:
+        """Adds a checked block (`[batch_size, frames, ...]` leaves); returns the `[batch_size, frames]` ids.
+
+        One `_add_value` per frame by default; a buffer that writes blocks at once (the py buffers) overrides it.
+        """
+        return super()._extend(arrays, [], frames)  # type: ignore[misc]
 
     def _get_next(self, sample_batch_size: Any, num_steps: int | None) -> tuple[Any, BufferInfo]:
         if tf.executing_eagerly():

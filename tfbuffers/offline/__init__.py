@@ -47,8 +47,9 @@ Filling is all or nothing: every episode is read and checked first (its flags,
 fields, dtypes and shapes), and only then are its frames added, so a refused
 dataset leaves the buffer exactly as it was. The checked episodes are kept in
 memory up to `CHECKED_BYTES` (256 MiB); a larger dataset is read a second time
-to be added. The frames go in through `add_batch`, so the buffer checks them as
-it checks any add. A buffer of several segments gets each
+to be added. The frames go in through `extend` (blocks of 256 adds; a TF buffer's
+through `add_batch` in one `tf.function` call per block), so the buffer checks them
+as it checks any add. A buffer of several segments gets each
 episode whole in one segment, the segment with the fewest frames so far, and
 its adds fill every segment at once: the frames past the shortest segment's
 end at the last add are left out, counted, and warned about. Fill a buffer of

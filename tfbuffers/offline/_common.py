@@ -214,7 +214,11 @@ def ends_by_termination(fields: Sequence[specs.Field], episode: Episode) -> bool
 
 
 class Filler:
-    """Deals episodes to segments and adds their frames a column (one frame per segment) at a time."""
+    """Deals episodes to segments and adds their frames in blocks of columns (one frame per segment each).
+
+    A host buffer takes each block in one `extend`; a TF buffer's adds run in one `tf.function` call per block
+    (a loop of `add_batch`: its blocks' lengths vary, and `extend` would be traced again for each).
+    """
 
     CHUNK = 256
 
@@ -232,9 +236,8 @@ class Filler:
     def _host_adder(self) -> Any:
         pack = specs.packer(specs.unwrap(self._buffer.data_spec))
 
-        def add(*leaves: np.ndarray) -> None:
-            for column in range(len(leaves[0])):
-                self._buffer.add_batch(pack([leaf[column] for leaf in leaves]))
+        def add(*leaves: np.ndarray) -> None:  # time-major columns: one block of them (`extend`)
+            self._buffer.extend(pack([np.swapaxes(leaf, 0, 1) for leaf in leaves]))
 
         return add
 

@@ -239,6 +239,21 @@ class Sampler(abc.ABC):
         """
         return [] if self._episode_record is None else self._episode_record.on_add(added)
 
+    def on_add_block(self, added: int, count: int, first_row: int, step_types: Any) -> None:
+        """Host: adds `added` to `added + count - 1` wrote their rows, `count * batch_size` from `first_row`.
+
+        Before the counter moves; `before_add` was told of the first add (before any row was written).
+        `step_types`: their step types, `[batch_size, count]`, with episode boundaries, else None. By default
+        the events of `count` single adds, in order (`on_add`, then the next add's `before_add`, which reads
+        the frames before it, now written); a sampler whose state a block changes at once overrides it.
+        """
+        size = self.batch_size
+        for t in range(count):
+            if t:
+                self.before_add(added + t, None if step_types is None else step_types[:, t])
+            row = first_row + t * size
+            self.on_add(added + t, slice(row, row + size))
+
     def on_clear(self) -> list[Any]:
         """The buffer is cleared. Graph: the writes."""
         return [] if self._episode_record is None else self._episode_record.on_clear()

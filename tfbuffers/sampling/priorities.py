@@ -89,7 +89,10 @@ class Priorities:
             _sum_tree.compiled()  # the tree's compiled loops loaded now, not in the first draw
 
     def on_add(self, rows: Any) -> list[Any]:
-        """The block of `batch_size` `rows` (a slice on the host, int64 in the graph) gets the largest priority."""
+        """The block of `batch_size` `rows` (a slice on the host, int64 in the graph) gets the largest priority.
+
+        On the host, a slice of several adds' rows too (`extend`): their ancestors recomputed at once.
+        """
         if self._graph:
             priorities = tf.fill([self._batch_size], self.largest.read_value())
             stored = self.values.scatter_nd_update(rows[:, None], priorities)
@@ -98,6 +101,10 @@ class Priorities:
             return [stored, _sum_tree.add_block_variable(self._tree, self.capacity, rows, weights)]
         self.values[rows] = self._max_priority
         _sum_tree.set_leaves_numpy(self._tree, self.capacity, rows, self._max_weight)
+        if rows.stop - rows.start != self._batch_size:  # a block of adds: every ancestor now
+            self._refresh()
+            _sum_tree.recompute_ancestors_numpy(self._tree, self.capacity, np.arange(rows.start, rows.stop))
+            return []
         if self._stale_count == len(self._stale):  # a whole ring of stale blocks: recompute now, bounded work
             self._refresh()
         self._stale[self._stale_count] = rows.start

@@ -82,6 +82,17 @@ class PrioritizedSampler(Sampler):
             self._episode_record.on_add(added)  # host: written now; graph: written in before_add, []
         return self._priorities().on_add(rows)
 
+    def on_add_block(self, added: int, count: int, first_row: int, step_types: Any) -> None:
+        """See `Sampler.on_add_block`: the block's frames get the largest priority at once.
+
+        With episode boundaries add by add: the record of episode ends weighs each add's rows by the priorities
+        set before it.
+        """
+        if self._episode_record is not None:
+            super().on_add_block(added, count, first_row, step_types)
+        else:
+            self._priorities().on_add(slice(first_row, first_row + count * self.batch_size))
+
     def on_clear(self) -> list[Any]:
         """See `Sampler.on_clear`: every priority 0, new frames get 1.0."""
         return [*self._priorities().on_clear(), *super().on_clear()]

@@ -86,9 +86,20 @@ class Storage(abc.ABC):
         """Bytes of storage the rows take."""
 
     def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
-        """Writes one add: each field's `[batch_size, *shape]` rows contiguously from `first_row`."""
+        """Writes one add, or a run of adds: each field's `[n, *shape]` rows contiguously from `first_row`.
+
+        `n` is a multiple of the buffer's `batch_size` (the adds' rows, time-major), at most `block_rows()`, and
+        the rows do not wrap: `first_row + n <= num_rows`. The counter moves after it (the run's commit).
+        """
         for index, leaf in enumerate(leaves):
             self.write_rows(index, first_row, leaf)
+
+    def block_rows(self) -> int:
+        """The most rows one `write_block` takes: every row by default; a storage that journals a block, its journal's.
+
+        A py buffer's `extend` writes a longer block as several, each committed before the next.
+        """
+        return self.num_rows
 
     def read_rows(self, index: int, first_row: int, stop_row: int) -> np.ndarray:
         """A copy of rows `[first_row, stop_row)` of field `index`."""

@@ -56,6 +56,7 @@ class FrameStackTable(Storage):
         self.pools: dict[int, FrameBuffer] = {}
         self._chunk = num_rows  # rows written at a time (`attach`), which bounds the frames held at once
         self._previous: dict[int, np.ndarray] = {}  # the handles of the last rows written, per field
+        self._batch_size = 1  # rows per add (`attach`)
 
     @property
     def added(self) -> int:
@@ -82,6 +83,7 @@ class FrameStackTable(Storage):
     def attach(self, batch_size: int, max_length: int) -> None:
         """The inner storage attached, then each stacked field's pool made and its counts taken from the rows."""
         self.inner.attach(batch_size, max_length)
+        self._batch_size = batch_size
         # A restore's or a load's rows are written a chunk at a time: an add's at least, a few thousand rows at once.
         self._chunk = max(batch_size, min(self.num_rows, RESTORE_CHUNK))
         for index, axis in self.stacks.items():
@@ -99,6 +101,10 @@ class FrameStackTable(Storage):
                 self.inner.read_rows(index, 0, self.num_rows), np.zeros(frame_shape, spec.dtype.as_numpy_dtype)
             )
             self.pools[index] = pool
+
+    def block_rows(self) -> int:
+        """The inner storage's, at most a restore's chunk (the pools hold one chunk's new frames beside the rows')."""
+        return min(self.inner.block_rows(), self._chunk)
 
     def ready(self, buffer_name: str, data_spec: Any, options: Callable[[], Mapping[str, Any]]) -> Recovery:
         """The inner storage's."""
@@ -163,8 +169,11 @@ class FrameStackTable(Storage):
         count = len(leaves[0]) if leaves else 0
         handles = list(leaves)
         old = {}
+        size = self._batch_size
         for index in self.stacks:
-            handles[index] = self._handles_of(index, leaves[index])
+            # A run of adds (`extend`): add by add, each against the one before, as single adds are.
+            adds = [leaves[index][row : row + size] for row in range(0, count, size)]
+            handles[index] = np.concatenate([self._handles_of(index, rows) for rows in adds]) if adds else leaves[index]
             old[index] = self.inner.read_rows(index, first_row, first_row + count)
         self.inner.write_block(first_row, handles)
         for index, released in old.items():

@@ -26,9 +26,11 @@ Durability, exactly:
 * The process killed at any moment (SIGKILL, an OOM kill, a crash): `tfbuffers.open` gives back every
   add whose `add_batch` returned, no frame of an add that had not, and no torn frame. An add first
   copies the rows (and the rows' priorities) it is about to overwrite into the journal, then marks it,
-  writes, and commits by storing the counter, one aligned 8-byte word. Opening a directory whose add
-  was cut short copies the journal back; what is derived from the rows (the sum tree, the record of
-  episode ends) is rebuilt on every open. Priorities an `update_priorities` cut short set are each
+  writes, and commits by storing the counter, one aligned 8-byte word. An `extend` does so once per run
+  of adds its journal holds (up to `JOURNAL_BYTES` of rows, never past the ring's end): one cut short
+  keeps a prefix of its adds, each whole. Opening a directory whose add was cut short copies the
+  journal back; what is derived from the rows (the sum tree, the record of episode ends) is rebuilt on
+  every open. Priorities an `update_priorities` cut short set are each
   the old or the new value; a `clear` cut short is finished on open.
 * `flush()` (`msync` of every file): every add that returned before it is on the disk, so a machine
   crash or power loss after it keeps them. After a machine crash (told by the boot id `state.npy`
@@ -83,8 +85,10 @@ UNFLUSHED = 6  # 1: written to since the last flush (on the disk before the writ
 BOOT = 7  # 7 and 8: the boot id of the machine that opened it for writing
 FLUSHED_ADDED = 9  # the counter at the last flush
 JOURNAL_FIELDS = 10  # 1: the journal holds the fields' rows too (the ring was full); 0: the rows' extras only
+JOURNAL_ROWS = 11  # the rows the journal holds (`block_rows`); 0 in a directory made before blocks: batch_size
 WORDS = 16
 CLEARING, RESTORING = 1, 2
+JOURNAL_BYTES = 32 << 20  # a new directory's journal: the fields' rows of as many adds as fit here (one at least)
 
 IN_USE = "directory: {directory} is held by process {pid}{ours}; one process writes a buffer directory at a time"
 NOT_EMPTY = (
@@ -276,7 +280,8 @@ class MemmapTable(NumpyTable):
             files are not what its header says (nothing is changed on the disk then).
         """
         self.directory = pathlib.Path(directory)
-        self._batch_size = 0  # the buffer's segments (`attach`), the journal's rows
+        self._batch_size = 0  # the buffer's segments (`attach`)
+        self._journal_rows = 0  # the journal's rows (`attach`, `block_rows`)
         self._max_length = 0
         self._reopened = reopen is not None
         if reopen is None:
@@ -315,16 +320,23 @@ class MemmapTable(NumpyTable):
         state[BOOT : BOOT + 2] = boot_id()
 
     def attach(self, batch_size: int, max_length: int) -> None:
-        """The buffer's segments: the journal holds one add's block, a row per segment (see `Storage.attach`).
+        """The buffer's segments: the journal holds the rows of the adds one commit writes (see `Storage.attach`).
+
+        As many adds' rows as `JOURNAL_BYTES` hold, one add's at least, the ring's at most (`block_rows`).
 
         A reopened directory's add that was cut short is undone here: its rows as they were before it.
         """
         self._batch_size, self._max_length = batch_size, max_length
+        if not self._reopened:
+            row_bytes = sum(field.spec.shape.num_elements() * field.spec.dtype.size for field in self.fields)
+            adds = min(max_length, max(1, JOURNAL_BYTES // max(1, row_bytes * batch_size)))
+            self._state[JOURNAL_ROWS] = adds * batch_size
+        self._journal_rows = int(self._state[JOURNAL_ROWS]) or batch_size
         try:
             self._journals = [
                 self._map(
                     f"journal/{index}.npy",
-                    (batch_size, *field.spec.shape.as_list()),
+                    (self._journal_rows, *field.spec.shape.as_list()),
                     field.spec.dtype.as_numpy_dtype,
                     None if self._reopened else 0,
                 )
@@ -353,7 +365,7 @@ class MemmapTable(NumpyTable):
             return  # NumpyTable's constructor: the counter is the directory's
         state = self._state
         self._touch()
-        if value == state[ADDED] + 1 and state[JOURNAL_ADD] == state[ADDED]:  # an add's commit
+        if value > state[ADDED] and state[JOURNAL_ADD] == state[ADDED]:  # an add's, or a run of adds', commit
             state[ADDED] = value
             state[JOURNAL_ADD] = -1
         else:  # a clear or a restore: the journal no longer applies, before the counter moves
@@ -391,7 +403,7 @@ class MemmapTable(NumpyTable):
         self.extras[name] = array
         if initial.shape[:1] == (self.num_rows,):
             journal_file = f"journal/extras/{_safe(name)}.npy"
-            shape = (self._batch_size, *initial.shape[1:])
+            shape = (self._journal_rows, *initial.shape[1:])
             journal = self._map(journal_file, shape, initial.dtype, None if self._reopened else 0)
             self._row_extras[name] = (array, journal)
             if self._pending is not None:
@@ -469,8 +481,14 @@ class MemmapTable(NumpyTable):
             self._maps[STATE].flush()
             self._unflushed = True
 
+    def block_rows(self) -> int:
+        """The journal's rows: the most one add or run of adds writes in one commit (`Storage.block_rows`)."""
+        return self._journal_rows
+
     def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
-        """One add, journaled: the rows (and rows' extras) it overwrites copied first, then marked, then written.
+        """One add or run of adds, journaled: the rows (and rows' extras) it overwrites copied, marked, then written.
+
+        The counter's move commits it.
 
         While the ring is filling, the rows hold no stored frame: only their extras are journaled (an add cut
         short there leaves rows past the counter, which the next add writes whole).
@@ -479,7 +497,7 @@ class MemmapTable(NumpyTable):
         count = len(leaves[0]) if leaves else 0
         rows = slice(first_row, first_row + count)
         state = self._state
-        whole = count == self._batch_size
+        whole = count == self._journal_rows
         full = state[ADDED] * self._batch_size >= self.num_rows
         if full:
             for array, journal in zip(self.arrays, self._journals):

@@ -123,6 +123,7 @@ class FunctionWrapped:
     def __init__(self, buffer: tfbuffers.ReplayBuffer) -> None:
         self.buffer = buffer
         self._add = tf.function(buffer.add_batch)
+        self._extend = tf.function(buffer.extend)
         self._gather_all = tf.function(buffer.gather_all)
         self._num_frames = tf.function(buffer.num_frames)
         self._clear = tf.function(buffer.clear)
@@ -133,6 +134,9 @@ class FunctionWrapped:
 
     def add_batch(self, items: Any) -> Any:
         return self._add(items)
+
+    def extend(self, items: Any) -> Any:
+        return self._extend(items)
 
     def get_next(self, sample_batch_size=None, num_steps=None, time_stacked=True):
         arguments = (sample_batch_size, num_steps, time_stacked)

@@ -20,6 +20,7 @@ from tfbuffers.testing.contract import (
     batch,
     code,
     fill,
+    frames,
     make_buffer,
     stored_codes,
     to_numpy,
@@ -55,6 +56,27 @@ def test_adds_wrap_around(kind):
     assert gathered["observation"]["pixels"].shape == (3, 5, 2, 2)
     assert_whole(gathered)
     assert to_numpy(buffer.add_batch(batch(3, 8))).tolist() == [24, 25, 26]
+
+
+def test_extend_is_the_adds_one_by_one(kind):
+    buffer = make_buffer(kind)
+    assert to_numpy(buffer.extend(frames(stored_codes(3, 0, 1)))).tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert int(buffer.num_frames()) == 6
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], stored_codes(3, 0, 1))
+    # Seven more frames per segment: past the ring's end and longer than it; the last five are stored.
+    ids = to_numpy(buffer.extend(frames(stored_codes(3, 2, 8))))
+    np.testing.assert_array_equal(ids, np.arange(2, 9)[None, :] * 3 + np.arange(3)[:, None])
+    assert int(buffer.num_frames()) == 15
+    gathered = to_numpy(buffer.gather_all())
+    np.testing.assert_array_equal(gathered["step"], stored_codes(3, 4, 8))
+    assert_whole(gathered)
+    assert to_numpy(buffer.extend(frames(stored_codes(3, 9, 8)))).shape == (3, 0)  # no frames: nothing changes
+    assert int(buffer.num_frames()) == 15
+    assert to_numpy(buffer.add_batch(batch(3, 9))).tolist() == [27, 28, 29]
+    windows = assert_whole(buffer.get_next(sample_batch_size=32, num_steps=3)[0])
+    assert {tuple(window) for window in windows.tolist()} <= {
+        tuple(code(segment, range(first, first + 3))) for segment in range(3) for first in range(5, 8)
+    }
 
 
 def test_single_frames_come_from_the_stored_frames(every_window_kind):

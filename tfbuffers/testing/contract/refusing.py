@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers import specs
+from tfbuffers import _blocks, specs
 from tfbuffers.testing.contract import (
     SPEC,
     assert_message,
@@ -129,6 +129,50 @@ def test_a_refused_batch_leaves_the_buffer_adding_sampling_and_clearing(kind, na
     assert int(buffer.num_frames()) == stored + 3  # frames, or Reverb's windows of two frames: one per segment
     codes = assert_whole(buffer.get_next(sample_batch_size=12, num_steps=2)[0])
     assert {tuple(window) for window in codes.tolist()} <= {(0, 1), (1000, 1001), (2000, 2001)}
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+
+
+def _bad_blocks():
+    def edit(fn):
+        items = frames(stored_codes(3, 6, 7))  # two frames per segment
+        fn(items)
+        return items
+
+    position = "observation/position"
+    return [
+        (
+            edit(lambda d: d["observation"].update(position=d["observation"]["position"][:, :1])),
+            ValueError,
+            _blocks.BLOCK_LENGTH.format(path=position, expected=2, first="action", received=1, shape="(3, 1, 2)"),
+        ),
+        (
+            edit(lambda d: d.update(step=d["step"].astype(np.int32))),
+            ValueError,
+            "step: expected dtype int64, got int32",
+        ),
+        (frames(stored_codes(2, 6, 7)), ValueError, "action: expected leading batch size 3, got 2 (shape (2, 2))"),
+        (batch(3, 6), ValueError, "action: expected shape (3, 2), got (3,)"),  # one frame, not a block: T from position
+        (edit(lambda d: d.pop("step")), TypeError, "<root>: missing key(s) ['step']"),
+    ]
+
+
+def test_bad_blocks_are_rejected_and_change_nothing(kind):
+    buffer = make_buffer(kind)
+    fill(buffer, 6)
+    before = to_numpy(buffer.gather_all())
+    for items, error, message in _bad_blocks():
+        with pytest.raises(error) as raised:
+            buffer.extend(items)
+        assert_message(raised.value, message)
+        assert int(buffer.num_frames()) == 15
+        for a, b in zip(tf.nest.flatten(to_numpy(buffer.gather_all())), tf.nest.flatten(before)):
+            np.testing.assert_array_equal(a, b)
+    # The next block, add, sample and clear work.
+    assert to_numpy(buffer.extend(frames(stored_codes(3, 6, 7)))).tolist() == [[18, 21], [19, 22], [20, 23]]
+    assert to_numpy(buffer.add_batch(batch(3, 8))).tolist() == [24, 25, 26]
+    np.testing.assert_array_equal(to_numpy(buffer.gather_all())["step"], stored_codes(3, 4, 8))
+    assert_whole(buffer.get_next(sample_batch_size=8, num_steps=2)[0])
     buffer.clear()
     assert int(buffer.num_frames()) == 0
 

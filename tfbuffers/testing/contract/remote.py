@@ -83,6 +83,8 @@ REVERB_SKIPS = {
         "Reverb: its server checkpoints the table (py_client.checkpoint, ReplayBufferManager), not tf.train.Checkpoint"
     ),
     "test_bad_batches_are_rejected_and_change_nothing": _REVERB_ORDER,
+    "test_bad_blocks_are_rejected_and_change_nothing": _REVERB_ORDER,
+    "test_extend_is_the_adds_one_by_one": _REVERB_ORDER,
     "test_exact_python_values_are_accepted": _REVERB_ORDER,
     "test_bad_sampling_arguments": _REVERB_ITEMS,
     "test_list_specs_come_back_as_tuples_from_datasets": _REVERB_ITEMS,
