@@ -82,14 +82,11 @@ def pieces(added: int, frames: int, max_length: int, most: int) -> Iterator[tupl
 
 
 def time_major(leaf: np.ndarray, start: int, count: int) -> np.ndarray:
-    """Frames `[start, start + count)` of a `[batch_size, T, ...]` leaf as storage rows, `[count * batch_size, ...]`.
+    """Frames `[start, start + count)` of a `[batch_size, T, ...]` leaf time-major, `[count, batch_size, ...]`: a view.
 
-    One segment: a view. Several: one copy (the rows interleave the segments, `tfbuffers._ring`).
+    As the rows hold them (they interleave the segments, `tfbuffers._ring`): `Storage.write_frames` takes it.
     """
-    part = leaf[:, start : start + count]
-    if part.shape[0] == 1:
-        return part[0]
-    return np.swapaxes(part, 0, 1).reshape((-1, *part.shape[2:]))
+    return np.swapaxes(leaf[:, start : start + count], 0, 1)
 
 
 def write_runs(
@@ -123,7 +120,7 @@ def write_runs(
         first_row = (first % max_length) * size  # `tfbuffers._ring.block_start`
         if sampler.watches_adds:
             sampler.before_add(first, None if step_types is None else step_types[:, start])
-        table.write_block(first_row, [time_major(array, start, count) for array in arrays])
+        table.write_frames(first_row, [time_major(array, start, count) for array in arrays])
         if sampler.watches_adds:
             run_types = None if step_types is None else step_types[:, start : start + count]
             sampler.on_add_block(first, count, first_row, run_types)

@@ -167,15 +167,15 @@ def test_a_block_longer_than_the_journal_commits_run_by_run_and_a_death_keeps_wh
     assert on_disk.storage.block_rows() == 6
     table = on_disk.storage
     written = []
-    write_block = table.write_block
+    write_frames = table.write_frames
 
-    def dies_on_the_third_run(first_row, leaves):
+    def dies_on_the_third_run(first_row, leaves):  # leaves: [adds, batch_size, ...]
         if len(written) == 2:
             raise SystemExit("killed")  # the process dies here: the third run's journal is not even taken
-        written.append((first_row, len(leaves[0])))
-        write_block(first_row, leaves)
+        written.append((first_row, leaves[0].shape[0] * leaves[0].shape[1]))
+        write_frames(first_row, leaves)
 
-    table.write_block = dies_on_the_third_run
+    table.write_frames = dies_on_the_third_run
     with pytest.raises(SystemExit):
         on_disk.extend(block(0, 7))
     assert written == [(0, 6), (6, 6)]

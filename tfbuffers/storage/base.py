@@ -94,6 +94,15 @@ class Storage(abc.ABC):
         for index, leaf in enumerate(leaves):
             self.write_rows(index, first_row, leaf)
 
+    def write_frames(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
+        """Writes a run of adds as `write_block` does, each field's frames given `[adds, batch_size, *shape]`.
+
+        The frames time-major and of any strides (a block's `[batch_size, T]` leaves with their axes swapped, a
+        view): by default each made contiguous (one copy) for `write_block`; a storage that assigns them in place
+        (`NumpyTable`, memory-mapped files) saves that copy.
+        """
+        self.write_block(first_row, [np.reshape(leaf, (-1, *leaf.shape[2:])) for leaf in leaves])
+
     def block_rows(self) -> int:
         """The most rows one `write_block` takes: every row by default; a storage that journals a block, its journal's.
 

@@ -30,8 +30,8 @@ Durability, exactly:
   of adds its journal holds (up to `JOURNAL_BYTES` of rows, never past the ring's end): one cut short
   keeps a prefix of its adds, each whole. Opening a directory whose add was cut short copies the
   journal back; what is derived from the rows (the sum tree, the record of episode ends) is rebuilt on
-  every open. Priorities an `update_priorities` cut short set are each
-  the old or the new value; a `clear` cut short is finished on open.
+  every open. Priorities an `update_priorities` cut short set are each the old or the new value; a
+  `clear` cut short is finished on open.
 * `flush()` (`msync` of every file): every add that returned before it is on the disk, so a machine
   crash or power loss after it keeps them. After a machine crash (told by the boot id `state.npy`
   records), a buffer written to after its last `flush()` is refused by `open`: the kernel writes
@@ -66,6 +66,7 @@ import numpy as np
 from tfbuffers import specs
 from tfbuffers.specs import Field
 from tfbuffers.storage import NumpyTable, Recovery
+from tfbuffers.storage.tables import frames_view
 
 FORMAT = "tfbuffers-memmap"
 VERSION = 2  # 2: frame stacks kept as handles and a pool of frames (`pools`); 1 (opened): stacks stored whole
@@ -280,8 +281,7 @@ class MemmapTable(NumpyTable):
             files are not what its header says (nothing is changed on the disk then).
         """
         self.directory = pathlib.Path(directory)
-        self._batch_size = 0  # the buffer's segments (`attach`)
-        self._journal_rows = 0  # the journal's rows (`attach`, `block_rows`)
+        self._batch_size = self._journal_rows = 0  # the buffer's segments, the journal's rows (`attach`)
         self._max_length = 0
         self._reopened = reopen is not None
         if reopen is None:
@@ -320,9 +320,7 @@ class MemmapTable(NumpyTable):
         state[BOOT : BOOT + 2] = boot_id()
 
     def attach(self, batch_size: int, max_length: int) -> None:
-        """The buffer's segments: the journal holds the rows of the adds one commit writes (see `Storage.attach`).
-
-        As many adds' rows as `JOURNAL_BYTES` hold, one add's at least, the ring's at most (`block_rows`).
+        """The buffer's segments: the journal holds the rows one commit writes (`JOURNAL_BYTES`, `block_rows`).
 
         A reopened directory's add that was cut short is undone here: its rows as they were before it.
         """
@@ -481,20 +479,26 @@ class MemmapTable(NumpyTable):
             self._maps[STATE].flush()
             self._unflushed = True
 
-    def block_rows(self) -> int:
-        """The journal's rows: the most one add or run of adds writes in one commit (`Storage.block_rows`)."""
+    def block_rows(self) -> int:  # noqa: D102 (`Storage.block_rows`: the journal's rows, one commit's)
         return self._journal_rows
 
     def write_block(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
-        """One add or run of adds, journaled: the rows (and rows' extras) it overwrites copied, marked, then written.
+        """One add or run of adds: the rows (and rows' extras) it overwrites journaled, then written (`_journal`)."""
+        self.write_frames(first_row, [np.asarray(leaf)[None] for leaf in leaves])  # rows: one "add" of them
 
-        The counter's move commits it.
+    def write_frames(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
+        """`write_block` of a run of adds' `[adds, batch_size, *shape]` frames, each assigned in place."""
+        self._journal(first_row, leaves[0].shape[0] * leaves[0].shape[1] if leaves else 0)
+        for array, leaf in zip(self.arrays, leaves):
+            frames_view(array, first_row, leaf)[...] = leaf
 
-        While the ring is filling, the rows hold no stored frame: only their extras are journaled (an add cut
-        short there leaves rows past the counter, which the next add writes whole).
+    def _journal(self, first_row: int, count: int) -> None:
+        """The rows `[first_row, first_row + count)` copied to the journal and marked, before they are written.
+
+        The counter's move commits them. While the ring is filling, the rows hold no stored frame: only their
+        extras are journaled (an add cut short there leaves rows past the counter, which the next add writes whole).
         """
         self._touch()
-        count = len(leaves[0]) if leaves else 0
         rows = slice(first_row, first_row + count)
         state = self._state
         whole = count == self._journal_rows
@@ -508,8 +512,6 @@ class MemmapTable(NumpyTable):
         state[JOURNAL_COUNT] = count
         state[JOURNAL_FIELDS] = full
         state[JOURNAL_ADD] = state[ADDED]  # from here an open copies the journal back, until the counter moves
-        for array, leaf in zip(self.arrays, leaves):
-            array[rows] = leaf
 
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
         """Writes rows of one field: a restore's or a load's (marked busy until `changing` ends)."""

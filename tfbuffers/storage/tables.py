@@ -10,6 +10,11 @@ from tfbuffers.specs import Field
 from tfbuffers.storage.base import Storage
 
 
+def frames_view(array: np.ndarray, first_row: int, leaf: np.ndarray) -> np.ndarray:
+    """The rows a run of adds' frames `leaf` (`[adds, batch_size, *shape]`) go to from `first_row`, in its shape."""
+    return array[first_row : first_row + leaf.shape[0] * leaf.shape[1]].reshape(leaf.shape)
+
+
 class NumpyTable(Storage):
     """The default storage: each field's rows in a `[num_rows, *shape]` numpy array in RAM."""
 
@@ -40,6 +45,14 @@ class NumpyTable(Storage):
     def write_rows(self, index: int, first_row: int, rows: np.ndarray) -> None:
         """Writes `rows` of field `index` from `first_row`."""
         self.arrays[index][first_row : first_row + len(rows)] = rows
+
+    def write_frames(self, first_row: int, leaves: Sequence[np.ndarray]) -> None:
+        """A run of adds' `[adds, batch_size, *shape]` frames, each assigned in place: one strided copy per field."""
+        if type(self).write_rows is not NumpyTable.write_rows or type(self).write_block is not Storage.write_block:
+            super().write_frames(first_row, leaves)  # a subclass that writes its own way is given rows
+            return
+        for array, leaf in zip(self.arrays, leaves):
+            frames_view(array, first_row, leaf)[...] = leaf
 
     def close(self) -> None:
         """Drops the storage."""
