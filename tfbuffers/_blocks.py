@@ -26,7 +26,9 @@ NO_TIME_AXIS = "{path}: expected a block [batch_size, T, ...] with T known, got 
 
 def _dims(value: Any) -> list[int | None] | None:
     """A leaf's dimensions as far as they are known without converting it (None: unknown rank)."""
-    if tf.is_tensor(value) and not isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray):  # first: `tf.is_tensor` is a slow protocol check
+        return list(value.shape)
+    if tf.is_tensor(value):
         return value.shape.as_list() if value.shape.rank is not None else None
     return list(np.shape(value))
 

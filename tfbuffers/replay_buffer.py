@@ -204,6 +204,9 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         self._capacity = capacity
         self._stateful_dataset = stateful_dataset
         self._fast_path: specs.NumpyFastPath | None = None
+        # The last block's frames and its fast path (two attributes: a tf.Module wraps the tuples it is given).
+        self._block_frames = 0
+        self._block_fast_path: specs.NumpyFastPath | None = None
         self._closed = False
 
     @property
@@ -309,9 +312,14 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             says it), or its dtype, batch size or inner shape differs. The buffer is unchanged then.
         """
         self._check_open()
-        leaves, deferred, frames = _blocks.check_block(
-            items, self._data_spec, self._fields, self._add_batch_outer_dims()
-        )
+        if self._block_fast_path is not None:  # a block as long as the last one, all numpy: accepted at once
+            fast = self._block_fast_path.leaves(items)
+            if fast is not None:
+                return self._extend(fast, [], self._block_frames)
+        outer = self._add_batch_outer_dims()
+        leaves, deferred, frames = _blocks.check_block(items, self._data_spec, self._fields, outer)
+        self._block_frames = frames
+        self._block_fast_path = specs.NumpyFastPath(self._data_spec, self._fields, (*outer, frames))
         return self._extend(leaves, deferred, frames)
 
     @_not_converted

@@ -159,7 +159,8 @@ def _bad_blocks():
 
 def test_bad_blocks_are_rejected_and_change_nothing(kind):
     buffer = make_buffer(kind)
-    fill(buffer, 6)
+    fill(buffer, 4)
+    buffer.extend(frames(stored_codes(3, 4, 5)))  # a good block first: the bad ones are as long
     before = to_numpy(buffer.gather_all())
     for items, error, message in _bad_blocks():
         with pytest.raises(error) as raised:
