@@ -73,6 +73,27 @@ def check_block(
     return leaves, deferred, frames
 
 
+class BlockCheck:
+    """A buffer's `check_block`, and the compiled fast path of the last block's length: all numpy, accepted at once."""
+
+    def __init__(self, data_spec: Any, fields: Sequence[specs.Field], outer_dims: tuple[int, ...]) -> None:
+        self._data_spec, self._fields, self._outer_dims = data_spec, fields, outer_dims
+        self._frames = 0
+        self._fast_path: specs.NumpyFastPath | None = None
+
+    def __call__(self, items: Any) -> tuple[list[Any], list[specs.DeferredShapeCheck], int]:
+        """`(leaves, deferred, frames)` of a block, checked (see `check_block`, which raises as it says)."""
+        if self._fast_path is not None:
+            leaves = self._fast_path.leaves(items)
+            if leaves is not None:
+                return leaves, [], self._frames
+        leaves, deferred, frames = check_block(items, self._data_spec, self._fields, self._outer_dims)
+        if frames != self._frames or self._fast_path is None:
+            self._fast_path = specs.NumpyFastPath(self._data_spec, self._fields, (*self._outer_dims, frames))
+            self._frames = frames
+        return leaves, deferred, frames
+
+
 def pieces(added: int, frames: int, max_length: int, most: int) -> Iterator[tuple[int, int]]:
     """`(start, count)` runs of a block of `frames` adds from `added`: none wraps the ring, none over `most` adds."""
     start = 0

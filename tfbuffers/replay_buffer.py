@@ -204,9 +204,7 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         self._capacity = capacity
         self._stateful_dataset = stateful_dataset
         self._fast_path: specs.NumpyFastPath | None = None
-        # The last block's frames and its fast path (two attributes: a tf.Module wraps the tuples it is given).
-        self._block_frames = 0
-        self._block_fast_path: specs.NumpyFastPath | None = None
+        self._block_check: _blocks.BlockCheck | None = None
         self._closed = False
 
     @property
@@ -292,11 +290,9 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
         """Adds a block of `T` frames per segment: exactly `add_batch(items[:, t])` for `t = 0, ..., T - 1`.
 
         One check of the whole block and, in the segmented buffers, one write per field (two where the ring
-        wraps) instead of `T` calls: how a vectorized environment's rollout, an n-step block, a dataset or
-        another buffer's contents go in at the speed of an array copy. The ids, the windows a sample draws, the
-        record of episode ends and the priorities (each new frame the largest so far) are those of the `T` adds.
-        Eagerly or inside a `tf.function` (where `T` must be known when it is traced). TF-Agents has no such
-        method; its `add_batch` is here too, unchanged.
+        wraps): a rollout, a dataset or another buffer's contents go in at the speed of an array copy, with the
+        ids, windows, record of episode ends and priorities of the `T` adds. Eagerly or inside a `tf.function`
+        (where `T` must be known when traced). TF-Agents has no such method.
 
         Args:
           items: A nest matching `data_spec`, each leaf `[batch_size, T, *shape]` (batch-major, like the
@@ -312,15 +308,9 @@ class ReplayBuffer(tf.Module, metaclass=abc.ABCMeta):
             says it), or its dtype, batch size or inner shape differs. The buffer is unchanged then.
         """
         self._check_open()
-        if self._block_fast_path is not None:  # a block as long as the last one, all numpy: accepted at once
-            fast = self._block_fast_path.leaves(items)
-            if fast is not None:
-                return self._extend(fast, [], self._block_frames)
-        outer = self._add_batch_outer_dims()
-        leaves, deferred, frames = _blocks.check_block(items, self._data_spec, self._fields, outer)
-        self._block_frames = frames
-        self._block_fast_path = specs.NumpyFastPath(self._data_spec, self._fields, (*outer, frames))
-        return self._extend(leaves, deferred, frames)
+        if self._block_check is None:
+            self._block_check = _blocks.BlockCheck(self._data_spec, self._fields, self._add_batch_outer_dims())
+        return self._extend(*self._block_check(items))
 
     @_not_converted
     def get_next(
