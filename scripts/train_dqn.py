@@ -93,6 +93,7 @@ class Config:
     her_strategy: str = "future"
     relabel_fraction: float = 0.8
     her_horizon: int | None = None  # the environment's episode limit when None
+    jit: bool = False  # the train step (sample, train, priorities) as one XLA program
     progress: bool = True
 
 
@@ -222,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--her: frames after a transition that goals come from; None: the environment's episode limit",
     )
+    parser.add_argument(
+        "--jit",
+        action="store_true",
+        help="one compiled train step, tf.function(jit_compile=True): the sample (get_next) and the train in one "
+        "XLA program (tf_uniform, one-step transitions; TF's op determinism is left off: XLA runs in order on the CPU)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -264,6 +271,24 @@ def parse_args(argv: list[str] | None = None) -> Config:
             f"argument --her: expected a local uniform buffer (tf_uniform or py_uniform) and one-step "
             f"transitions, got {received}"
         )
+    if args.jit:
+        refused = (
+            f"--buffer {args.buffer}"
+            if args.buffer != "tf_uniform"
+            else "--replay-server"
+            if args.replay_server
+            else "--starter-buffer"
+            if args.starter_buffer
+            else "--her"
+            if args.her
+            else "--n-step"
+            if args.n_step > 1
+            else None
+        )
+        if refused:
+            parser.error(
+                f"argument --jit: expected --buffer tf_uniform in this process and one-step transitions, got {refused}"
+            )
     if args.replay_server:
         if args.starter_buffer:
             parser.error("argument --starter-buffer: not with --replay-server (the server holds the frames)")
@@ -322,6 +347,7 @@ class Result:
     priority_updates: int  # update_priorities calls that changed priorities (prioritized buffers; else 0)
     last_loss: float
     seconds: float
+    train_seconds: float  # in the train steps but the first (which traces): sampling, training, priorities
     curve_png: str
     summary_json: str
 
@@ -491,7 +517,9 @@ def train(config: Config) -> Result:
     # Each batch is read when the train step asks, after that iteration's collection: which frames it can
     # draw, and the random numbers it draws them with, are then the same in every run of one seed. (Reading
     # ahead, with prefetch or parallel calls, would race the collector.)
-    if shards:  # actors in other processes add: a run with a replay server is not repeatable
+    if config.jit:  # the compiled step samples inside it
+        dataset = None
+    elif shards:  # actors in other processes add: a run with a replay server is not repeatable
         dataset = tfbuffers.sharded_dataset(shards, config.batch_size, num_steps=2, seed=config.seed).prefetch(3)
     elif config.her:  # transitions relabeled with goals their episodes reached
         dataset = _her_dataset(buffer, config, make_kwargs, max(config.replay_capacity // num_envs, 2))
@@ -500,9 +528,10 @@ def train(config: Config) -> Result:
         dataset = tfbuffers.n_step_dataset(windows, config.gamma)
     else:
         dataset = buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2)
-    experience = iter(dataset)
+    experience = iter(dataset) if dataset is not None else None
     train_fn = common.function(agent.train)
     prioritized = buffer.prioritized
+    compiled_step = _compiled_step(agent, buffer, config) if config.jit else None
     publisher = None
     if config.policy_dir:
         publisher = tf.train.CheckpointManager(
@@ -515,16 +544,23 @@ def train(config: Config) -> Result:
     time_step, policy_state = env.reset(), collect_driver.policy.get_initial_state(env.batch_size)
     loss = float("nan")
     priority_updates = 0
+    train_seconds = 0.0
     bar = tqdm(range(1, config.num_iterations + 1), desc="train", unit="it", disable=not config.progress)
     for iteration in bar:
         if not shards:  # with a replay server, actors collect
             time_step, policy_state = collect(time_step, policy_state)
-        trajectories, info = next(experience)
-        if prioritized:
-            loss = _train_prioritized(shards or [buffer], train_fn, trajectories, info, config, iteration)
-            priority_updates += 1
+        step_started = time.perf_counter()
+        if compiled_step is not None:
+            loss = float(compiled_step(tf.constant(_beta(config, iteration), tf.float32)))
+        elif prioritized:
+            trajectories, info = next(experience)
+            loss = float(_prioritized_step(shards or [buffer], train_fn, trajectories, info, _beta(config, iteration)))
         else:
+            trajectories, _ = next(experience)
             loss = float(train_fn(trajectories).loss)
+        if iteration > 1:  # the first traces (and with --jit compiles) the step
+            train_seconds += time.perf_counter() - step_started
+        priority_updates += int(prioritized)
         if publisher is not None and (iteration % config.policy_interval == 0 or iteration == config.num_iterations):
             publisher.save(checkpoint_number=iteration)
         if iteration % config.eval_interval == 0 or iteration == config.num_iterations:
@@ -549,6 +585,7 @@ def train(config: Config) -> Result:
         priority_updates=priority_updates,
         last_loss=loss,
         seconds=time.perf_counter() - started,
+        train_seconds=train_seconds,
         curve_png=str(curve_png),
         summary_json=str(output_dir / "summary.json"),
     )
@@ -559,15 +596,36 @@ def train(config: Config) -> Result:
     return result
 
 
-def _train_prioritized(
-    buffers: list[Any], train_fn: Any, trajectories: Any, info: Any, config: Config, iteration: int
-) -> float:
-    """One train step as the PER paper: importance weights with beta annealed to 1, |TD errors| as priorities.
+def _beta(config: Config, iteration: int) -> float:
+    """The importance weights' exponent at `iteration`: `config.beta` annealed to 1 by the last iteration."""
+    return config.beta + (1.0 - config.beta) * iteration / config.num_iterations
+
+
+def _compiled_step(agent: Any, buffer: Any, config: Config) -> Any:
+    """`step(beta) -> loss`: the train step as one XLA program (`--jit`), its sample drawn inside it.
+
+    The buffer is filled before the first step, so no sample is refused (which a compiled one says by
+    probabilities 0: `tfbuffers._xla`). A prioritized buffer's step (its `update_priorities` inside) compiles
+    and runs in a plain program, but this script's took LLVM minutes to compile on the project's machine:
+    `--jit` takes tf_uniform until that is understood.
+    """
+
+    @tf.function(jit_compile=True)
+    def step(beta: tf.Tensor) -> tf.Tensor:
+        trajectories, info = buffer.get_next(config.batch_size, num_steps=2)
+        if buffer.prioritized:
+            return _prioritized_step([buffer], agent.train, trajectories, info, beta)
+        return agent.train(trajectories).loss
+
+    return step
+
+
+def _prioritized_step(buffers: list[Any], train_fn: Any, trajectories: Any, info: Any, beta: Any) -> Any:
+    """One train step as the PER paper: importance weights of exponent `beta`, |TD errors| as priorities; the loss.
 
     A local buffer draws windows by their first frame (ids [batch, steps]); that frame takes the window's
     |TD error|. A Reverb table draws items (ids [batch], keys); every shard gets every key and changes its own.
     """
-    beta = config.beta + (1.0 - config.beta) * iteration / config.num_iterations
     size = sum(buffer.num_frames() for buffer in buffers)
     weights = tfbuffers.importance_weights(info.probabilities, size, beta)
     loss_info = train_fn(trajectories, weights=weights)
@@ -576,7 +634,7 @@ def _train_prioritized(
     ids = info.ids if info.ids.shape.rank == 1 else info.ids[:, 0]
     for buffer in buffers:
         buffer.update_priorities(ids, priorities)
-    return float(loss_info.loss)
+    return loss_info.loss
 
 
 def _connect(addresses: list[str], spec: Any, backend: str | None) -> list[Any]:
@@ -610,7 +668,8 @@ def buffer_label(config: Config) -> str:
     if config.replay_server:
         return f"tfbuffers Reverb tables at {config.replay_server}"
     her = f", hindsight goals ({config.her_strategy}, {config.relabel_fraction:g} relabeled)" if config.her else ""
-    return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "") + her
+    jit = ", compiled train step (XLA)" if config.jit else ""
+    return f"tfbuffers {config.buffer}" + (f", {config.n_step}-step returns" if config.n_step > 1 else "") + her + jit
 
 
 def _plot(iterations: list[int], returns: list[float], config: Config, path: pathlib.Path) -> None:
@@ -633,12 +692,14 @@ def _plot(iterations: list[int], returns: list[float], config: Config, path: pat
 def main(argv: list[str] | None = None) -> int:
     """Trains as the command line says and prints a short summary."""
     config = parse_args(argv)
-    tf.config.experimental.enable_op_determinism()  # for the whole process: here, not in `train`
+    if not config.jit:  # op determinism rules TensorFlow's kernels; an XLA program runs in order on the CPU
+        tf.config.experimental.enable_op_determinism()  # for the whole process: here, not in `train`
     result = train(config)
     print(
         f"DQN on {config.env} with {buffer_label(config)}: average return {result.final_return:.1f} "
         f"(best {result.best_return:.1f}) after {result.train_steps} train steps in {result.seconds:.0f} s; "
-        f"{result.frames_in_buffer} frames in the buffer ({result.frames_from_starter} from the starter buffer)."
+        f"{result.frames_in_buffer} frames in the buffer ({result.frames_from_starter} from the starter buffer); "
+        f"{1e6 * result.train_seconds / max(config.num_iterations - 1, 1):.0f} us a train step after the first."
         + (f" Success rate {result.success_rates[-1]:.2f}." if result.success_rates is not None else "")
     )
     print(f"Learning curve: {result.curve_png}; summary: {result.summary_json}")

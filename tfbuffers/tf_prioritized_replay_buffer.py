@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import tensorflow as tf
 
-from tfbuffers import prioritized, sampling
+from tfbuffers import _xla, prioritized, sampling
 from tfbuffers._arguments import explained
 from tfbuffers.storage import GraphStorageFactory
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
@@ -130,7 +130,10 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
 
         Returns:
           An int64 scalar tensor: how many ids were skipped because their frames
-          are no longer stored.
+          are no longer stored. Inside `tf.function(jit_compile=True)`, where XLA
+          runs no check that fails, -1 says the update was refused (a priority
+          negative or not finite, or an id never stored) and no priority
+          changed (`tfbuffers._xla`).
 
         Raises:
           TypeError: If `ids` are not integers.
@@ -176,11 +179,20 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
                 tf.logical_not(tf.reduce_any(never)), [GRAPH_NEVER_STORED, tf.gather(ids, first_never), next_id]
             )
 
+            compiled = _xla.compiling()
+            stored = cast(sampling.PrioritizedSampler, self._sampler).priorities  # by row, for a refused update
+
             def write() -> tuple[list[Any], tf.Tensor]:
                 added = self._added.read_value()
                 rows, values, skipped = prioritized.stored_updates(
                     sampling.TENSORFLOW, ids, priorities, added, self._max_length, self._batch_size
                 )
+                if compiled:  # XLA runs no assertion: a refused update writes the rows' own priorities back
+                    allowed = tf.logical_not(tf.reduce_any(bad) | tf.reduce_any(never))
+                    assert stored is not None  # bound when the buffer was made
+                    current = tf.cast(tf.gather(stored.values, rows), values.dtype)
+                    values = tf.where(allowed, values, current)
+                    skipped = tf.where(allowed, skipped, tf.constant(_xla.INVALID_ID, skipped.dtype))
 
                 return self._concurrency.rewrite(lambda: self._sampler.on_update_priorities(rows, values)), skipped
 

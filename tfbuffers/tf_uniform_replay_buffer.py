@@ -70,7 +70,10 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
     segments). No id table is stored: ids follow from the add counter.
 
     It works eagerly, inside `tf.function` (`tf.function(buffer.add_batch)`
-    included) and inside `tf.while_loop`, and is checkpointed by
+    included), inside `tf.while_loop` and inside `tf.function(jit_compile=True)`,
+    where XLA compiles its adds, blocks and samples with the rest of a train
+    step (a sample the graph would refuse, from an empty buffer say, then
+    returns probabilities 0 and ids -1: see the guide), and is checkpointed by
     `tf.train.Checkpoint` like any `tf.Module`: one consistent state, fields
     matched by nest path (see `tfbuffers.state`).
 
@@ -301,6 +304,9 @@ class TFUniformReplayBuffer(SegmentedReplayBuffer):
         with tf.device(self._device), tf.name_scope(self._scope):
             checks, leaves = _checked(leaves, deferred)
             frames = int(leaves[0].shape[1]) if leaves else 0
+            if frames == 0:  # nothing to write (and XLA gathers nothing from an axis of length 0)
+                with tf.control_dependencies(checks):
+                    return tf.zeros([self._batch_size, 0], tf.int64)
             sizes = _graph_blocks.Sizes(self._batch_size, self._max_length, frames)
 
             def write() -> tuple[list[Any], tf.Tensor]:

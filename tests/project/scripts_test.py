@@ -225,6 +225,23 @@ def test_help_documents_every_flag(script, flags, capsys):
     assert all(flag in text for flag in flags)
 
 
+def test_short_dqn_run_with_a_compiled_train_step(tmp_path):
+    """--jit: the sample and the train step in one XLA program, trained from the frames collected."""
+    config = train_dqn.Config(
+        jit=True,
+        num_iterations=60,
+        initial_collect_frames=100,
+        eval_interval=30,
+        eval_episodes=1,
+        output_dir=str(tmp_path),
+        progress=False,
+    )
+    result = train_dqn.train(config)
+    assert result.train_steps == 60 and result.train_seconds > 0 and np.isfinite(result.last_loss)
+    assert result.frames_in_buffer == result.frames_collected >= 100 + 60
+    assert train_dqn.buffer_label(config) == "tfbuffers tf_uniform, compiled train step (XLA)"
+
+
 @pytest.mark.parametrize("buffer", ["tf_uniform", "py_uniform", "tf_prioritized", "py_prioritized"])
 def test_short_dqn_run_end_to_end(buffer, tmp_path):
     config = train_dqn.Config(
@@ -780,6 +797,20 @@ def test_populate_refuses_buffer_names_that_leave_the_output_dir(tmp_path, capsy
             ["--her", "--n-step", "3"],
             "argument --her: expected a local uniform buffer (tf_uniform or py_uniform) and one-step transitions, "
             "got --n-step",
+        ),
+        (
+            ["--jit", "--buffer", "tf_prioritized"],
+            "argument --jit: expected --buffer tf_uniform in this process and one-step transitions, got --buffer "
+            "tf_prioritized",
+        ),
+        (
+            ["--jit", "--n-step", "3"],
+            "argument --jit: expected --buffer tf_uniform in this process and one-step transitions, got --n-step",
+        ),
+        (
+            ["--jit", "--replay-server", "a:1"],
+            "argument --jit: expected --buffer tf_uniform in this process and one-step transitions, got "
+            "--replay-server",
         ),
     ],
 )

@@ -315,6 +315,16 @@ def test_importance_weights_follow_the_paper_normalised_by_the_batch_maximum():
         with pytest.raises(ValueError) as raised:
             tfbuffers.importance_weights(probabilities, 4, beta=beta)
         assert str(raised.value) == f"beta: expected a number in [0, 1], got {beta}"
+    # A scalar tensor beta, annealed as a train step's argument: one trace, its range checked when it runs.
+    weigh = tf.function(lambda beta: tfbuffers.importance_weights(tf.constant(probabilities), 4, beta))
+    np.testing.assert_allclose(weigh(tf.constant(0.5)).numpy(), [0.5, 2**-0.5, 1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(weigh(tf.constant(1.0)).numpy(), [0.25, 0.5, 1.0, 1.0], rtol=1e-6)
+    assert weigh.experimental_get_tracing_count() == 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"beta: expected a number in \[0, 1\]"):
+        weigh(tf.constant(1.5))
+    with pytest.raises(ValueError) as raised:  # eagerly: at once, as a number
+        tfbuffers.importance_weights(tf.constant(probabilities), 4, beta=tf.constant(-0.5))
+    assert str(raised.value) == "beta: expected a number in [0, 1], got -0.5"
 
 
 def test_a_prioritized_samplers_max_priority_is_read_and_only_ever_raised():

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfbuffers import _ring, sampling
+from tfbuffers import _ring, _xla, sampling
 from tfbuffers.execution._tf_concurrency import Concurrency
 from tfbuffers.replay_buffer import FRAMES_GONE
 from tfbuffers.storage import GraphStorage
@@ -74,12 +74,32 @@ class GraphReads:
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """A sample by the sampler, as tensors: (leaves, ids, probabilities); a torn read is read again."""
         with tf.device(self._device), tf.name_scope(self._scope):
+            if _xla.compiling():
+                return self._compiled_sample(sample_batch_size, num_steps)
             draw, checked = self.draw(sample_batch_size, num_steps)
             outputs = self._concurrency.read_whole(draw, self._added, self._max_length)
             if checked[0]:  # asserted on a whole read only: a torn one was read again
                 with tf.control_dependencies([tf.debugging.Assert(outputs[-2], [outputs[-1]])]):
                     outputs = [tf.identity(output) for output in outputs[:-2]]
             return outputs[:-2], outputs[-2], outputs[-1]
+
+    def _compiled_sample(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+        """`sample` in an XLA program (`tfbuffers._xla`): one read, a refused or torn one blank.
+
+        The program holds the variables' locks, so a read again would read the same; a sample the graph would
+        refuse, or torn by another thread's writer, returns ids `INVALID_ID`, probabilities 0 and zero items.
+        """
+        draw, _ = self.draw(sample_batch_size, num_steps, compiled=True)
+        whole, outputs = self._concurrency.checked_read(draw, self._added, self._max_length)
+        valid = tf.logical_and(whole, outputs[-1])
+        leaves, ids, probabilities = outputs[:-3], outputs[-3], outputs[-2]
+        return (
+            [tf.where(valid, leaf, tf.zeros_like(leaf)) for leaf in leaves],
+            tf.where(valid, ids, tf.constant(_xla.INVALID_ID, ids.dtype)),
+            tf.where(valid, probabilities, tf.zeros_like(probabilities)),
+        )
 
     def attempt(
         self, sample_batch_size: int | None, num_steps: int | None
@@ -99,12 +119,14 @@ class GraphReads:
             return self._concurrency.count_torn(whole), outputs[:-2], outputs[-2], outputs[-1]
 
     def draw(
-        self, sample_batch_size: int | None, num_steps: int | None
+        self, sample_batch_size: int | None, num_steps: int | None, *, compiled: bool = False
     ) -> tuple[Callable[[], tuple[list[tf.Tensor], tf.Tensor]], list[bool]]:
         """A sample's read for the seqlock, and (once traced) whether its tensors end with validity.
 
         A uniform sample is always valid; a prioritized or episode-aware one says whether any window can be
-        drawn, and its message why not (a tensor: it is computed inside the read).
+        drawn, and its message why not (a tensor: it is computed inside the read). `compiled` (an XLA program,
+        which runs no assertion): the tensors always end with one boolean, whether the sample is valid, the
+        stored windows' checks included.
         """
         checked: list[bool] = []
 
@@ -115,6 +137,9 @@ class GraphReads:
             leaves = self._storage.read(sample.rows)
             checked[:] = [sample.valid is not True]
             validity = [sample.valid, sample.invalid_message] if checked[0] else []
+            if compiled:
+                _, windows = _ring.stored_windows(_OPS, added, self._max_length, self._batch_size, num_steps or 1)
+                validity = [tf.logical_and(windows > 0, sample.valid)]
             oldest = tf.reduce_min(sample.ids) // self._batch_size
             # What the sampler read of its state beside a concurrent add may be ahead of the counter: read again.
             whole: Any = self._sampler.read_guard(sample, leaves, added, num_steps)

@@ -53,6 +53,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tfbuffers import _xla
+
 SUM, POSITIVE = 0, 1
 
 _COMPILED: list[Any] = []  # the compiled loops, once looked up: [kernels or None]
@@ -115,7 +117,15 @@ def blocked(tree: np.ndarray, capacity: int) -> np.ndarray:
 
 def _tf_nodes(tree: Any, nodes: Any) -> tf.Tensor:
     """`[..., 2]`: the (sum, positive count) of `nodes` (int64, any shape) of a blocked tree (`blocked`)."""
-    return tf.gather_nd(tree, _positions(tree, nodes))
+    return tf.gather_nd(_gatherable(tree), _positions(tree, nodes))
+
+
+def _gatherable(tree: Any) -> Any:
+    """`tree` as `tf.gather_nd` takes it: a variable's value in an XLA program, which has no `ResourceGatherNd`.
+
+    (There the program reads its variables in place: the value is no copy.)
+    """
+    return tree.value() if isinstance(tree, tf.Variable) and _xla.compiling() else tree
 
 
 def _positions(tree: Any, nodes: Any) -> tf.Tensor:
@@ -499,7 +509,7 @@ def add_block_variable(tree: tf.Variable, capacity: int, leaves: tf.Tensor, valu
     path = (leaf_count(capacity) + leaves)[None, :] // tf.constant(2 ** np.arange(levels + 1), tf.int64)[:, None]
     positions = _positions(tree, path)
     at_leaves = positions[0]
-    old = tf.gather_nd(tree, at_leaves)
+    old = tf.gather_nd(_gatherable(tree), at_leaves)
     new = tf.stack([values, tf.cast(values > 0, tf.float64)], -1)
     with tf.control_dependencies([old]):
         written = tree.scatter_nd_update(at_leaves, new)

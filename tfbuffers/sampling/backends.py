@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfbuffers.sampling._sum_tree as _sum_tree
-from tfbuffers import _ring
+from tfbuffers import _ring, _xla
 
 
 class Backend(NamedTuple):
@@ -73,6 +73,12 @@ def _tf_require(condition: Any, message: Any) -> Any:
     return tf.debugging.Assert(condition, [message])
 
 
+def _tf_select(condition: Any, a: Any, b: Any) -> Any:
+    if isinstance(a, str) and _xla.compiling():
+        return a  # a message, for an assertion XLA does not run: XLA has no strings
+    return tf.where(condition, a, b)
+
+
 def _tf_draw_leaves(tree: Any, capacity: int, shape: list[int], after: list[Any], total: Any, mask: Any) -> Any:
     with tf.control_dependencies(after):
         targets = tf.random.uniform(shape, dtype=tf.float64) * total
@@ -85,7 +91,7 @@ TENSORFLOW = Backend(
     ops=_ring.TENSORFLOW,
     uniform_integers=_tf_uniform_integers,
     require=_tf_require,
-    select=lambda condition, a, b: tf.where(condition, a, b),
+    select=_tf_select,
     full_inverse=lambda shape, count: tf.fill(shape, tf.cast(1.0 / tf.cast(count, tf.float64), tf.float32)),
     draw_leaves=_tf_draw_leaves,
     tree=_sum_tree.TENSORFLOW,

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import tfbuffers.sampling._deterministic as _deterministic
 import tfbuffers.sampling._episodes as _episodes
-from tfbuffers import _ring
+from tfbuffers import _ring, _xla
 from tfbuffers.sampling.backends import TENSORFLOW, Backend
 
 EMPTY = "{buffer} is empty. Make sure to add items before sampling the buffer."
@@ -346,8 +346,14 @@ class Sampler(abc.ABC):
         return self.near is not None and (num_steps or 1) > 1  # a single frame never crosses a boundary
 
     def _record(self, num_steps: int) -> _episodes.Near | None:
-        """The record of episode ends, if it covers windows of `num_steps` (else: one pass)."""
-        return self.near() if self.near is not None and num_steps - 1 <= _episodes.NEAR else None
+        """The record of episode ends, if it covers windows of `num_steps` (else: one pass).
+
+        Not in an XLA program: the draws it keeps are as many as the running graph finds, a shape XLA must
+        know when it compiles (`tfbuffers._xla`), so a compiled sample takes the pass, of static shapes.
+        """
+        if self.near is None or num_steps - 1 > _episodes.NEAR or (self._graph and _xla.compiling()):
+            return None
+        return self.near()
 
     def _crossing(
         self, backend: Backend, record: _episodes.Near, added: Any, num_steps: int, columns: Callable[[Any], Any]

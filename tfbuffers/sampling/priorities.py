@@ -298,7 +298,7 @@ def stored_updates(
     return rows, values, backend.size(ids) - backend.size(kept)
 
 
-def importance_weights(probabilities: Any, num_frames: Any, beta: float) -> Any:
+def importance_weights(probabilities: Any, num_frames: Any, beta: float | tf.Tensor) -> Any:
     """Importance-sampling weights of drawn windows, as the PER paper defines them.
 
     `w_i = (num_frames * P(i)) ** -beta`, divided by the largest `w_i` of the batch,
@@ -310,14 +310,28 @@ def importance_weights(probabilities: Any, num_frames: Any, beta: float) -> Any:
       probabilities: `BufferInfo.probabilities` of a sample (numpy or a tensor), each > 0.
       num_frames: The buffer's `num_frames()` when the sample was drawn (N in the paper).
       beta: The correction's strength in [0, 1]: 0 is none, 1 corrects fully. Anneal it to 1 over training.
+        A scalar float tensor too, with tensor probabilities (a train step's argument, so that annealing it
+        traces the step once), its range then checked when the graph runs (not under XLA, which runs no
+        check that fails).
 
     Returns:
       float32 weights shaped like `probabilities`: a tensor for a tensor, else a numpy array.
 
+    Raises:
+      ValueError: If `beta` is not a number in [0, 1] (`InvalidArgumentError` when a graph runs, for a tensor).
+
     >>> importance_weights(np.array([0.5, 0.25, 0.25], np.float32), 3, beta=1.0).tolist()
     [0.5, 1.0, 1.0]
     """
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
+    scalar = isinstance(beta, tf.Tensor) and beta.dtype.is_floating and beta.shape.rank == 0
+    if scalar and tf.executing_eagerly():
+        beta = float(beta)  # checked at once, as a number
+        scalar = False
+    if scalar and tf.is_tensor(probabilities):
+        in_range = (beta >= 0.0) & (beta <= 1.0)
+        with tf.control_dependencies([tf.debugging.Assert(in_range, [NOT_A_BETA.format(received="<tensor>"), beta])]):
+            beta = tf.cast(beta, tf.float64)
+    elif isinstance(beta, bool) or not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
         raise ValueError(NOT_A_BETA.format(received=beta))
     if tf.is_tensor(probabilities):
         scaled = tf.cast(num_frames, tf.float64) * tf.cast(probabilities, tf.float64)

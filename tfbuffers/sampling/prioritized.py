@@ -16,7 +16,7 @@ import tensorflow as tf
 import tfbuffers.sampling._episodes as _episodes
 import tfbuffers.sampling._sum_tree as _sum_tree
 import tfbuffers.sampling.priorities as priorities_lib
-from tfbuffers import _ring
+from tfbuffers import _ring, _xla
 from tfbuffers.sampling.backends import TENSORFLOW, Backend, choose
 from tfbuffers.sampling.base import NO_PRIORITY, Sample, Sampler, SamplerFactory
 
@@ -175,7 +175,7 @@ class PrioritizedSampler(Sampler):
             return self._sample_episodes(backend, added, shape, num_steps or 1, checks, windows, totals)
         if backend is not TENSORFLOW:
             backend.require(positive > 0, no_priority)
-        if leaf_mask is not None and backend is TENSORFLOW:
+        if leaf_mask is not None and backend is TENSORFLOW and not _xla.compiling():  # XLA: no redraws of k rows
             rows = self._draw_outside(backend, tree, shape, checks, total, leaf_mask)
         else:
             rows = self._draw(backend, tree, shape, checks, total, leaf_mask)
