@@ -250,3 +250,21 @@ def test_bad_batches_are_refused_when_compiled_and_the_buffer_works_after(kind):
     buffer.clear()
     assert int(buffer.num_frames()) == 0
     _assert_blank(*_compiled(lambda: buffer.get_next(sample_batch_size=2))())
+
+
+@pytest.mark.parametrize("kind", ["py_uniform", "py_prioritized"])
+def test_a_host_buffer_is_refused_when_a_compiled_function_is_traced_and_works_after(kind):
+    from tfbuffers import kinds
+    from tfbuffers.execution import host
+
+    buffer = kinds.make(kind, EPISODE_SPEC, batch_size=BATCH, max_length=LENGTH, seed=0)
+    buffer.add_batch(_frame(0))
+    message = host.HOST_IN_XLA.format(owner=type(buffer).__name__)
+    for call in (lambda: buffer.add_batch(_frame(1)), lambda: buffer.get_next(sample_batch_size=2)):
+        with pytest.raises(TypeError) as raised:
+            _compiled(call)()
+        assert message in str(raised.value)
+    assert buffer.num_frames() == BATCH  # nothing stored
+    np.testing.assert_array_equal(tf.function(buffer.add_batch)(_frame(1)).numpy(), [2, 3])  # a plain graph
+    _, info = tf.function(lambda: buffer.get_next(sample_batch_size=2, num_steps=2))()
+    np.testing.assert_array_equal(info.ids.numpy()[:, 1] - info.ids.numpy()[:, 0], [BATCH] * 2)

@@ -38,8 +38,22 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfbuffers import _xla
 from tfbuffers.replay_buffer import BufferInfo, weak_method
 from tfbuffers.specs import DeferredShapeCheck, Field
+
+HOST_IN_XLA = (
+    "{owner}: its frames live on the host, reached through tf.numpy_function, which XLA cannot compile: "
+    "inside tf.function(jit_compile=True) expected TFUniformReplayBuffer or TFPrioritizedReplayBuffer, or a call "
+    "outside the compiled function"
+)
+
+
+def _check_not_compiled(method: Callable[..., Any]) -> None:
+    """Refuses, when traced, a host call in an XLA program (TensorFlow's own error names no buffer)."""
+    if _xla.compiling():
+        owner = getattr(method, "__self__", method)
+        raise TypeError(HOST_IN_XLA.format(owner=type(owner).__name__))
 
 
 def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes: Any) -> Any:
@@ -47,7 +61,11 @@ def call(method: Callable[..., Any], inputs: Sequence[Any], dtypes: Any, shapes:
 
     `dtypes` is one dtype (one output, checked against `shapes`, its shape, when the op runs) or a
     list (outputs given `shapes`, one per output, as static shapes).
+
+    Raises:
+      TypeError: In an XLA program (`tf.function(jit_compile=True)`), when traced: `HOST_IN_XLA`.
     """
+    _check_not_compiled(method)
     outputs = tf.numpy_function(weak_method(method), list(inputs), dtypes, stateful=True)
     if not isinstance(dtypes, list | tuple):
         return tf.ensure_shape(outputs, shapes)
@@ -101,7 +119,11 @@ def sample(
     (shaped `[batch?, steps?] + spec`), the ids and the probabilities. The ids are shaped like the
     leaves' outer dimensions (`ids_per_step`: a frame id per step) or `[batch?]` (an id per window,
     Reverb's item keys); probabilities `[batch?]`.
+
+    Raises:
+      TypeError: In an XLA program (`tf.function(jit_compile=True)`), when traced: `HOST_IN_XLA`.
     """
+    _check_not_compiled(sample_arrays)
     host = weak_method(sample_arrays)
     static_size = None if tf.is_tensor(sample_batch_size) else sample_batch_size  # the graph's tensor not kept
 
