@@ -35,7 +35,11 @@ def compiling() -> bool:
     if tf.executing_eagerly():
         return False
     # TensorFlow exports no reader of it: a jit-compiled function traces its body under an XLA control-flow
-    # context, which nested functions' graphs see through their outer graphs.
-    from tensorflow.python.ops import control_flow_util  # noqa: PLC0415
-
+    # context, which nested functions' graphs see through their outer graphs (TensorFlow's own gradients and
+    # conds ask it so). Where a TensorFlow lacks it, nothing is compiled differently and XLA names what it
+    # cannot compile.
+    try:
+        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - present from TensorFlow 2.0 to the newest tested
+        return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
