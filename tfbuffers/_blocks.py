@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfbuffers import specs
+from tfbuffers import _ring, specs
 
 BLOCK_LENGTH = (
     "{path}: expected {expected} frames along axis 1 (the time axis, as {first} has), got {received} (shape {shape})"
@@ -140,7 +140,7 @@ def write_runs(
     most = max(1, table.block_rows() // size)
     for start, count in pieces(added, frames, max_length, most):
         first = added + start
-        first_row = (first % max_length) * size  # `tfbuffers._ring.block_start`
+        first_row = _ring.block_start(first, max_length, size)
         if sampler.watches_adds:
             sampler.before_add(first, None if step_types is None else step_types[:, start])
         table.write_frames(first_row, [time_major(array, start, count) for array in arrays])
@@ -150,11 +150,6 @@ def write_runs(
         table.added = first + count  # last: the run's commit (tfbuffers.storage.memmap)
         stored(first, count)
     return added
-
-
-def block_ids(added: int, frames: int, batch_size: int) -> np.ndarray:
-    """The ids of a block of `frames` adds from `added`: `[batch_size, frames]`."""
-    return (added + np.arange(frames, dtype=np.int64))[None, :] * batch_size + np.arange(batch_size)[:, None]
 
 
 def frame(leaves: Sequence[Any], t: int) -> list[Any]:

@@ -118,6 +118,12 @@ def block_start(added: Any, max_length: int, batch_size: int) -> Any:
     return (added % max_length) * batch_size
 
 
+def block_ids(ops: Ops, added: Any, frames: int, batch_size: int, first: int = 0) -> Any:
+    """Ids of adds `added + first .. added + frames - 1` of every segment: `[batch_size, frames - first]`."""
+    adds = added + first + ops.arange(frames - first)
+    return adds[None, :] * batch_size + ops.arange(batch_size)[:, None]
+
+
 def rows_of_ids(ids: Any, max_length: int, batch_size: int) -> Any:
     """Storage rows of frame ids (see the module docstring): `((id // B) % L) * B + id % B`, i.e. `id % (L * B)`."""
     return ids % (max_length * batch_size)

@@ -285,7 +285,7 @@ class PyUniformReplayBuffer(host.HostExecution, SegmentedReplayBuffer):
             self._check_open()
             types = arrays[self._step_field] if self._episodes else None
             added = _blocks.write_runs(self._table, self._sampler, arrays, self._max_length, types, self._stored_locked)
-        return _blocks.block_ids(added, frames, self._batch_size)
+        return _ring.block_ids(_ring.NUMPY, added, frames, self._batch_size)
 
     def sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None

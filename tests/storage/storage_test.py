@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import BUFFER_KINDS, SPEC, DictStorage, DictVariables, batch, make, make_buffer, underlying
+from conftest import BUFFER_KINDS, SPEC, DictStorage, DictVariables, batch, code, frames, make, make_buffer, underlying
 
 import tfbuffers
 from tfbuffers.storage import FrameStackTable, GraphStorage, NumpyTable, Storage, VariableStorage
@@ -267,3 +267,26 @@ def test_a_storage_that_outlives_its_buffer_is_found_again_with_its_priorities(o
     _, expected = in_ram.get_next(sample_batch_size=64, num_steps=num_steps)
     np.testing.assert_array_equal(info.probabilities, expected.probabilities)
     np.testing.assert_array_equal(info.ids, expected.ids)
+
+
+def test_a_block_reaches_a_table_whose_arrays_are_not_contiguous_along_their_rows():
+    """A storage's strided arrays get every frame of a block.
+
+    `extend` assigns a run's frames through a view of the rows in `[adds, batch_size, ...]`: a split of the row
+    axis, a view whatever the rows' stride (no copy that would lose the write).
+    """
+
+    class Strided(NumpyTable):
+        def _allocate(self, index, field):  # every other row of an array twice as long
+            shape = field.spec.shape.as_list()
+            return np.zeros((2 * self.num_rows, *shape), field.spec.dtype.as_numpy_dtype)[::2]
+
+    blocks = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=4, storage=Strided)
+    adds = tfbuffers.PyUniformReplayBuffer(SPEC, batch_size=2, max_length=4)
+    codes = code(np.arange(2)[:, None], np.arange(6)[None, :])
+    blocks.extend(frames(codes))
+    for t in range(6):
+        adds.add_batch(frames(codes[:, t]))
+    expected = adds.gather_all()
+    tf.nest.map_structure(np.testing.assert_array_equal, blocks.gather_all(), expected)
+    np.testing.assert_array_equal(blocks.gather_all()["step"], codes[:, 2:])

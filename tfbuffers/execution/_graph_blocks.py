@@ -34,8 +34,7 @@ class Sizes(NamedTuple):
 
 def block_ids(added: tf.Tensor, sizes: Sizes, first: int = 0) -> tf.Tensor:
     """Ids of frames `first..frames - 1` of a block of adds from `added`: `[batch_size, frames - first]`."""
-    adds = added + tf.range(first, sizes.frames, dtype=tf.int64)
-    return adds[None, :] * sizes.batch_size + _OPS.arange(sizes.batch_size)[:, None]
+    return _ring.block_ids(_OPS, added, sizes.frames, sizes.batch_size, first)
 
 
 def scattered(added_variable: tf.Variable, leaves: list[tf.Tensor], sizes: Sizes, table: Any) -> tuple[list[Any], Any]:
