@@ -85,6 +85,7 @@ def assert_refused(capsys, parse, argv, message):
                 "--her-strategy",
                 "--relabel-fraction",
                 "--her-horizon",
+                "--jit",
                 "--no-progress",
             },
         ),
