@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import tensorflow as tf
 
-from tfbuffers import _xla, prioritized, sampling
+from tfbuffers import _ring, _xla, prioritized, sampling
 from tfbuffers._arguments import explained
 from tfbuffers.storage import GraphStorageFactory
 from tfbuffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
@@ -179,23 +180,51 @@ class TFPrioritizedReplayBuffer(TFUniformReplayBuffer):
                 tf.logical_not(tf.reduce_any(never)), [GRAPH_NEVER_STORED, tf.gather(ids, first_never), next_id]
             )
 
-            compiled = _xla.compiling()
-            stored = cast(sampling.PrioritizedSampler, self._sampler).priorities  # by row, for a refused update
+            refused = tf.reduce_any(bad) | tf.reduce_any(never)  # what the assertions check (XLA runs none)
 
             def write() -> tuple[list[Any], tf.Tensor]:
                 added = self._added.read_value()
+                if _xla.compiling():
+                    write_all, skipped = _compiled_update(self, ids, priorities, added, refused)
+                    return self._concurrency.rewrite(write_all), skipped
                 rows, values, skipped = prioritized.stored_updates(
                     sampling.TENSORFLOW, ids, priorities, added, self._max_length, self._batch_size
                 )
-                if compiled:  # XLA runs no assertion: a refused update writes the rows' own priorities back
-                    allowed = tf.logical_not(tf.reduce_any(bad) | tf.reduce_any(never))
-                    assert stored is not None  # bound when the buffer was made
-                    current = tf.cast(tf.gather(stored.values, rows), values.dtype)
-                    values = tf.where(allowed, values, current)
-                    skipped = tf.where(allowed, skipped, tf.constant(_xla.INVALID_ID, skipped.dtype))
-
                 return self._concurrency.rewrite(lambda: self._sampler.on_update_priorities(rows, values)), skipped
 
             return self._concurrency.exclusive(
                 [same_shape, valid_priorities, stored_before, ids, priorities], write, "update_priorities"
             )
+
+
+def _compiled_update(
+    buffer: TFUniformReplayBuffer, ids: tf.Tensor, priorities: tf.Tensor, added: tf.Tensor, refused: tf.Tensor
+) -> tuple[Callable[[], list[Any]], tf.Tensor]:
+    """`update_priorities`' write in an XLA program (`tfbuffers._xla`): one id at a time, of static shapes.
+
+    XLA compiles neither the plain write's selection of the ids still stored (a data-dependent count) nor, on
+    newer TensorFlow, its `tf.unique`; a loop over the ids gives each its row's update in order, so an id given
+    twice takes its last priority, and an id overwritten since (or every id of a refused update) writes its
+    row's own priority back, read in that step: nothing changes for it.
+    """
+    sampler = cast(sampling.PrioritizedSampler, buffer.sampler)
+    stored = sampler.priorities
+    assert stored is not None  # bound when the buffer was made
+    rows = _ring.rows_of_ids(ids, buffer.max_length, buffer.batch_size)
+    adds = ids // buffer.batch_size
+    kept = (adds >= _ring.oldest_add(_ring.TENSORFLOW, added, buffer.max_length)) & (adds < added)
+    kept = kept & tf.logical_not(refused)
+    count = tf.size(ids)
+
+    def update_one(i: tf.Tensor) -> tf.Tensor:
+        row = tf.reshape(tf.gather(rows, i), [1])  # of static shape [1] (a slice at `i` would be dynamic to XLA)
+        own = tf.cast(tf.gather(stored.values, row), priorities.dtype)
+        value = tf.where(tf.reshape(tf.gather(kept, i), [1]), tf.reshape(tf.gather(priorities, i), [1]), own)
+        with tf.control_dependencies(sampler.on_update_priorities(row, value)):
+            return i + 1
+
+    def write_all() -> list[Any]:
+        return [tf.while_loop(lambda i: i < count, update_one, [tf.constant(0)])]
+
+    skipped = tf.cast(count, tf.int64) - tf.reduce_sum(tf.cast(kept, tf.int64))
+    return write_all, tf.where(refused, tf.constant(_xla.INVALID_ID, tf.int64), skipped)
