@@ -14,10 +14,11 @@ PyUniformReplayBuffer, TF-Agents' Reverb path (ReverbReplayBuffer + ReverbAddTra
 on a local server), and three references that store or check nothing more than they must: a
 plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwidth limit), bare
 `tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
-tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each measure runs on every
-system in turn, several times (interleaved), after a warm-up; the median and the range are
-reported, and ratios are tfbuffers / peer from the same run. Sampling is measured through the
-Python iterator, inside a learner's compiled loop, and by direct `get_next`; for the TF systems,
+tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each system is built, filled and
+measured several times after a warm-up, then freed before the next (the run holds one system at
+a time); the median and the range are reported, and ratios are tfbuffers / peer from the same
+run. Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
+direct `get_next`; for the TF systems,
 the ops one in-graph sample and add run are counted too. Then --actors processes add to one
 shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
 samples each through `as_dataset`. Flashbax's uniform and prioritized trajectory buffers (JAX on the
@@ -200,21 +201,26 @@ from tqdm.auto import tqdm  # noqa: E402
 def run_workload(
     workload: Workload, repetitions: int, quick: bool, progress: bool, classes: list[type[System]]
 ) -> dict[str, Any]:
-    """Builds and fills every system of `classes`, then runs every measure on each in turn, `repetitions` times."""
+    """Builds, fills and measures each system of `classes` in turn, `repetitions` times, and frees it before the next.
+
+    One system is held at a time: the run's memory is the largest system's, not the sum of them all (on the atari
+    workload each holds about 1.1 GB; holding every system at once grew a full run past 24 GiB on 2026-11-25). The
+    repetitions of one system therefore run back to back; the ranges beside the medians say how much they moved.
+    """
     batches = numpy_batches(workload, 64)
     classes = [cls for cls in classes if cls.applies(workload)]
-    systems: list[System] = []
-    given: dict[str, list[Any]] = {}  # each system's batches
-    blocks: dict[str, Any] = {}  # and its block of them (`add_block`)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in MEASURES}
     memory: dict[str, dict[str, float | None]] = {}
-    total = workload.frames * len(classes)
-    with tqdm(total=total, unit="frame", desc=f"{workload.name}: fill", disable=not progress) as bar:
+    ops, opened, file_memory = {}, {}, {}
+    peak = _rss()
+    with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
         for cls in classes:
+            bar.set_postfix_str(f"{cls.name}: fill")
             before, anonymous_before = _rss(), _anonymous()
             system = cls(workload)
-            given[system.name] = system.prepare(batches)
-            blocks[system.name] = block_of(workload, given[system.name])
-            system.fill(given[system.name], bar)
+            given = system.prepare(batches)
+            block = block_of(workload, given)
+            system.fill(given, _Frames())
             resident = _rss() - before
             anonymous_after = _anonymous()
             anonymous = (
@@ -228,61 +234,24 @@ def run_workload(
                 ),
                 "stored_bytes_per_frame": None if stored is None else stored / workload.frames,
             }
-            systems.append(system)
-
-    num_adds = 200 if quick else 2_000
-    sample_batches = 20 if quick else 500
-    pass_elements = 100 if quick else 2_000
-    frames_per_sample = workload.sample_batch_size * workload.num_steps
-    samples: dict[str, dict[str, list[float]]] = {name: {s.name: [] for s in systems} for name in MEASURES}
-    steps = repetitions * len(systems)
-    with tqdm(total=steps, desc=f"{workload.name}: measure", disable=not progress) as bar:
-        for _ in range(repetitions):
-            for system in systems:
-                if system.adds:
-                    seconds = _time(functools.partial(_add_steps, system, given[system.name], num_adds))
-                    samples["add_eager"][system.name].append(num_adds * workload.num_envs / seconds)
-                blocked = system.add_block(blocks[system.name])
-                if blocked is not None:
-                    samples["add_block"][system.name].append(block_size(blocks[system.name]) / blocked)
-                graph = system.add_graph(num_adds * 5)
-                if graph is not None:
-                    samples["add_graph"][system.name].append(num_adds * 5 * workload.num_envs / graph)
-                dataset = system.sample_dataset(sample_batches)
-                if dataset is not None:
-                    samples["sample_dataset"][system.name].append(sample_batches * frames_per_sample / dataset)
-                consumed = system.sample_dataset_graph(sample_batches)
-                if consumed is not None:
-                    samples["sample_dataset_graph"][system.name].append(sample_batches * frames_per_sample / consumed)
-                direct = system.get_next(sample_batches)
-                if direct is not None:
-                    samples["get_next"][system.name].append(sample_batches * frames_per_sample / direct)
-                updated = system.sample_update(sample_batches)
-                if updated is not None:
-                    samples["sample_update"][system.name].append(sample_batches * frames_per_sample / updated)
-                deterministic = None if system.variant else system.deterministic_pass(pass_elements)
-                if deterministic is not None:
-                    samples["deterministic_pass"][system.name].append(deterministic[1] / deterministic[0])
-                with tempfile.TemporaryDirectory() as directory:
-                    saved = None if system.variant else system.save_load(pathlib.Path(directory))
-                if saved is not None:
-                    save, load, size = saved
-                    samples["save"][system.name].append(size / save / 1e6)
-                    if load is not None:
-                        samples["load"][system.name].append(size / load / 1e6)
+            bar.update(1)
+            bar.set_postfix_str(f"{cls.name}: measure")
+            for _ in range(repetitions):
+                for measure, value in _measures(system, workload, given, block, quick).items():
+                    samples[measure].setdefault(system.name, []).append(value)
                 bar.update(1)
-    ops = {system.name: counted for system in systems if (counted := system.graph_ops()) is not None}
-    opened = {system.name: times for system in systems if (times := system.open_times(given[system.name]))}
-    file_memory = {}
-    for system in systems:
-        with tempfile.TemporaryDirectory() as directory:
-            measured = None if system.variant else system.file_memory(pathlib.Path(directory))
-        if measured is not None:
-            file_memory[system.name] = measured
-    for system in systems:
-        system.close()
-    del systems
-    gc.collect()
+            if (counted := system.graph_ops()) is not None:
+                ops[system.name] = counted
+            if times := system.open_times(given):
+                opened[system.name] = times
+            with tempfile.TemporaryDirectory() as directory:
+                measured = None if system.variant else system.file_memory(pathlib.Path(directory))
+            if measured is not None:
+                file_memory[system.name] = measured
+            peak = max(peak, _rss())
+            system.close()
+            del system, given, block
+            gc.collect()
     summary = {
         measure: {name: summarize(values) for name, values in by_system.items() if values}
         for measure, by_system in samples.items()
@@ -294,7 +263,50 @@ def run_workload(
         "files": file_memory,
         "ops": ops,
         "open": opened,
+        "resident_peak_bytes": peak,  # the process's resident bytes at the fullest (each system's last measure)
     }
+
+
+class _Frames:
+    """A progress bar that counts nothing: a system's fill reports frames, the run's bar counts systems."""
+
+    def update(self, count: int) -> None:
+        del count
+
+
+def _measures(system: System, workload: Workload, given: list[Any], block: Any, quick: bool) -> dict[str, float]:
+    """One repetition of every measure `system` supports, as rates (frames/s, or MB/s for files)."""
+    num_adds = 200 if quick else 2_000
+    sample_batches = 20 if quick else 500
+    pass_elements = 100 if quick else 2_000
+    frames_per_sample = workload.sample_batch_size * workload.num_steps
+    rates: dict[str, float] = {}
+    if system.adds:
+        seconds = _time(functools.partial(_add_steps, system, given, num_adds))
+        rates["add_eager"] = num_adds * workload.num_envs / seconds
+    if (blocked := system.add_block(block)) is not None:
+        rates["add_block"] = block_size(block) / blocked
+    if (graph := system.add_graph(num_adds * 5)) is not None:
+        rates["add_graph"] = num_adds * 5 * workload.num_envs / graph
+    if (dataset := system.sample_dataset(sample_batches)) is not None:
+        rates["sample_dataset"] = sample_batches * frames_per_sample / dataset
+    if (consumed := system.sample_dataset_graph(sample_batches)) is not None:
+        rates["sample_dataset_graph"] = sample_batches * frames_per_sample / consumed
+    if (direct := system.get_next(sample_batches)) is not None:
+        rates["get_next"] = sample_batches * frames_per_sample / direct
+    if (updated := system.sample_update(sample_batches)) is not None:
+        rates["sample_update"] = sample_batches * frames_per_sample / updated
+    deterministic = None if system.variant else system.deterministic_pass(pass_elements)
+    if deterministic is not None:
+        rates["deterministic_pass"] = deterministic[1] / deterministic[0]
+    with tempfile.TemporaryDirectory() as directory:
+        saved = None if system.variant else system.save_load(pathlib.Path(directory))
+    if saved is not None:
+        save, load, size = saved
+        rates["save"] = size / save / 1e6
+        if load is not None:
+            rates["load"] = size / load / 1e6
+    return rates
 
 
 def sweep(args: argparse.Namespace, command: str, output_dir: pathlib.Path) -> int:
