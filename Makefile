@@ -10,6 +10,7 @@
 #   make docs                       the documentation site with its API reference, into site/ (warnings are errors)
 #   make run ARGS="--seed 1"        train_dqn.py's options; make test PYTEST_ARGS="tests/contract_test.py": pytest's
 #   make flashbax-env               .venv-flashbax: Flashbax (JAX) for the benchmark's Flashbax peer, apart from TensorFlow
+#   make torchrl-env                .venv-torchrl: TorchRL (PyTorch on the CPU) for the benchmark's TorchRL peer, likewise
 # A venv is set up again when setup.cfg or the stack's constraints file changes.
 PYTHON ?= python3.11
 STACK := $(shell $(PYTHON) -c 'import sys; print("pinned" if sys.version_info[:2] == (3, 11) else "current")')
@@ -26,7 +27,7 @@ endif
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: setup run test test-fast coverage mutations notebooks docs flashbax-env
+.PHONY: setup run test test-fast coverage mutations notebooks docs flashbax-env torchrl-env
 
 setup: $(VENV)/.installed
 
@@ -74,4 +75,14 @@ flashbax-env: .venv-flashbax/.installed
 	rm -rf .venv-flashbax
 	$(PYTHON) -m venv .venv-flashbax
 	.venv-flashbax/bin/pip install -q --disable-pip-version-check -r scripts/flashbax-requirements.txt
+	touch $@
+
+# TorchRL's wheel, then its C++ extension built against the pinned CPU torch (scripts/_torchrl_extension.py says why).
+torchrl-env: .venv-torchrl/.installed
+
+.venv-torchrl/.installed: scripts/torchrl-requirements.txt scripts/_torchrl_extension.py
+	rm -rf .venv-torchrl
+	$(PYTHON) -m venv .venv-torchrl
+	.venv-torchrl/bin/pip install -q --disable-pip-version-check -r scripts/torchrl-requirements.txt
+	.venv-torchrl/bin/python scripts/_torchrl_extension.py
 	touch $@
