@@ -1,0 +1,141 @@
+"""TorchRL's replay buffers, measured for `scripts/benchmark.py` in their own process and environment.
+
+Run by the benchmark with the interpreter of the TorchRL environment (PyTorch on the CPU, one thread;
+`scripts/benchmark.py --torchrl-setup` makes it from `scripts/torchrl-requirements.txt`), never imported
+beside TensorFlow. It reads one JSON workload on stdin, as the Flashbax peer does, and prints one JSON
+object: the versions, and the rates (frames per second of each run, for each measure and system asked).
+
+Items are TensorDicts of the workload's fields, laid out as the benchmark's own: storages of `frames`
+items over two dimensions (`ndim=2`), time and `num_envs` environments, filled and added to by `extend`
+of `[num_envs, T]` TensorDicts. The systems compose one `ReplayBuffer(storage=, sampler=)` each:
+
+    TorchRL uniform      LazyTensorStorage, RandomSampler
+    TorchRL memmap       LazyMemmapStorage (files in a temporary directory), RandomSampler
+    TorchRL prioritized  PrioritizedReplayBuffer: LazyTensorStorage, alpha 0.6 (the others' exponent), beta 0.4
+    TorchRL slices       LazyTensorStorage, SliceSampler of `num_steps` consecutive frames of one episode
+                         (an episode key per frame: each environment's frames are one episode)
+
+Measures, as the benchmark names them: `add_block` (one `extend` of `block_frames` frames), `add_eager`
+(one `extend` of one frame per environment), `get_next` (one `sample`) and, prioritized, `sample_update`
+(a `sample`, then `update_priority` of its indices). A sample of the slices is `sample_batch_size` windows of
+`num_steps` frames, as ours; the others draw `sample_batch_size` single items and are counted as
+`sample_batch_size * num_steps` frames, as the benchmark counts its windows (one TorchRL item per window).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensordict
+import torch
+import torchrl
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer
+from torchrl.data.replay_buffers import RandomSampler, SliceSampler
+
+FILL_CHUNK = 1_000  # time steps per extend while filling
+EPISODE = "episode"  # the slices' trajectory key, beside the workload's fields
+
+
+def _items(fields: list[dict[str, Any]], envs: int, steps: int, seed: int) -> tensordict.TensorDict:
+    """`[envs, steps]` items of random values, and each environment's index as its episode."""
+    rng = np.random.default_rng(seed)
+    leaves = {}
+    for field in fields:
+        shape = [envs, steps, *field["shape"]]
+        dtype = np.dtype(field["dtype"])
+        values = rng.integers(0, 255, shape) if dtype.kind in "iu" else rng.standard_normal(shape)
+        leaves[field["name"]] = torch.from_numpy(values.astype(dtype))
+    leaves[EPISODE] = torch.arange(envs).unsqueeze(1).expand(envs, steps).contiguous()
+    return tensordict.TensorDict(leaves, batch_size=[envs, steps])
+
+
+def _buffer(system: str, workload: dict[str, Any], scratch: str) -> ReplayBuffer:
+    frames, steps = workload["frames"], workload["num_steps"]
+    if system == "TorchRL uniform":
+        return ReplayBuffer(storage=LazyTensorStorage(frames, ndim=2), sampler=RandomSampler())
+    if system == "TorchRL memmap":
+        return ReplayBuffer(storage=LazyMemmapStorage(frames, scratch_dir=scratch, ndim=2), sampler=RandomSampler())
+    if system == "TorchRL prioritized":
+        return PrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(frames, ndim=2))
+    if system == "TorchRL slices":
+        sampler = SliceSampler(slice_len=steps, traj_key=EPISODE, strict_length=True)
+        return ReplayBuffer(storage=LazyTensorStorage(frames, ndim=2), sampler=sampler)
+    raise ValueError(f"unknown TorchRL system {system!r}")
+
+
+def _timed(step: Callable[[], Any], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    return time.perf_counter() - start
+
+
+def measure(workload: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Frames per second of each run of each measure, by system: each built, filled, measured and freed in turn."""
+    envs, rng = workload["num_envs"], np.random.default_rng(0)
+    setup = {
+        "chunk": _items(workload["fields"], envs, FILL_CHUNK, seed=2),
+        "block": _items(workload["fields"], envs, max(1, workload["block_frames"] // envs), seed=3),
+        "one_step": _items(workload["fields"], envs, 1, seed=1),
+        "priorities": torch.from_numpy(rng.uniform(0.1, 2.0, workload["sample_batch_size"]).astype(np.float32)),
+    }
+    rates = {}
+    for system in workload["systems"]:
+        with tempfile.TemporaryDirectory() as scratch:
+            rates[system] = _rates(system, _buffer(system, workload, scratch), setup, workload)
+    return rates
+
+
+def _rates(
+    system: str, buffer: ReplayBuffer, setup: dict[str, Any], workload: dict[str, Any]
+) -> dict[str, list[float]]:
+    """One buffer filled, then each measure's frames per second in each of `repetitions` runs."""
+    envs, batch, steps = workload["num_envs"], workload["sample_batch_size"], workload["num_steps"]
+    length = workload["frames"] // envs
+    for _ in range(-(-length // FILL_CHUNK)):
+        buffer.extend(setup["chunk"])
+    block, one_step = setup["block"], setup["one_step"]
+    drawn = batch * steps if system == "TorchRL slices" else batch  # items: frames of windows, or one a window
+
+    def sample() -> None:
+        buffer.sample(drawn)
+
+    measures: list[tuple[str, Callable[[], Any], int]] = [
+        ("add_block", lambda: buffer.extend(block), block.numel()),
+        ("add_eager", lambda: buffer.extend(one_step), envs),
+        ("get_next", sample, batch * steps),
+    ]
+    if isinstance(buffer, PrioritizedReplayBuffer):
+
+        def sample_update() -> None:
+            _, info = buffer.sample(batch, return_info=True)
+            buffer.update_priority(info["index"], setup["priorities"])
+
+        measures.append(("sample_update", sample_update, batch * steps))
+    for _ in range(2):  # warm-ups
+        for _, step, _ in measures:
+            _timed(step, 2)
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in measures}
+    calls = workload["calls"]
+    for _ in range(workload["repetitions"]):
+        for name, step, count in measures:
+            rates[name].append(calls * count / _timed(step, calls))
+    return rates
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    workload = json.load(sys.stdin)
+    versions = {"torch": torch.__version__, "torchrl": torchrl.__version__, "tensordict": tensordict.__version__}
+    print(json.dumps(versions | {"rates": measure(workload)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
