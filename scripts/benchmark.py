@@ -23,8 +23,9 @@ the ops one in-graph sample and add run are counted too. Then --actors processes
 shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
 samples each through `as_dataset`. Flashbax's uniform and prioritized trajectory buffers (JAX on the
 CPU) run in a process of their own environment (--flashbax-env, made by --flashbax-setup), on the
-same workload, and join the tables. Outputs: a markdown table, JSON and a bar chart in
---output-dir.
+same workload, and join the tables; so do TorchRL's replay buffers (PyTorch on the CPU: uniform,
+prioritized, memory-mapped, and slices of episodes; --torchrl-env, made by --torchrl-setup).
+Outputs: a markdown table, JSON and a bar chart in --output-dir.
 
     python scripts/benchmark.py            # full: 1M frames, 5 repetitions (see docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
@@ -109,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="create --flashbax-env first if it is missing, from scripts/flashbax-requirements.txt (a few minutes)",
     )
+    parser.add_argument(
+        "--torchrl-env",
+        default=str(REPOSITORY / ".venv-torchrl"),
+        help="the virtual environment TorchRL (PyTorch on the CPU) is measured in, in its own process (default: "
+        ".venv-torchrl in the repository); where it is missing, TorchRL is left out",
+    )
+    parser.add_argument(
+        "--torchrl-setup",
+        action="store_true",
+        help="create --torchrl-env first if it is missing, from scripts/torchrl-requirements.txt, and build "
+        "TorchRL's C++ extension in it (a few minutes)",
+    )
     parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -168,7 +181,6 @@ import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known sta
 
 # isort: split
 from _bench.actors import actor_rates, local_learner_rate  # noqa: E402
-from _bench.flashbax import flashbax_python, flashbax_rates  # noqa: E402
 from _bench.measure import (  # noqa: E402
     System,
     _add_steps,
@@ -180,6 +192,7 @@ from _bench.measure import (  # noqa: E402
     executed_ops,
     graph_ops,
 )
+from _bench.own_env import FLASHBAX, TORCHRL, OwnEnvPeer, peer_python, peer_rates  # noqa: E402
 from _bench.report import machine, markdown, plot, ratios, summarize  # noqa: E402
 from _bench.systems import MEASURES, SYSTEMS, available_systems  # noqa: E402
 from _bench.workloads import QUICK_FRAMES, WORKLOADS, Workload, numpy_batches  # noqa: E402
@@ -357,12 +370,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.systems is not None:
         classes = [cls for cls in classes if cls.name in args.systems]
     results["systems"] = [cls.name for cls in classes]
-    flashbax = [name for name in OUT_OF_PROCESS if args.systems is None or name in args.systems]
-    python, why = flashbax_python(pathlib.Path(args.flashbax_env), args.flashbax_setup) if flashbax else (None, "")
-    if python is None:
-        left_out |= {name: why for name in flashbax}
-    else:
-        results["systems"] += flashbax
+    apart: list[tuple[OwnEnvPeer, pathlib.Path, list[str]]] = []  # (peer, its interpreter, its systems asked for)
+    for peer, env, setup in (
+        (FLASHBAX, args.flashbax_env, args.flashbax_setup),
+        (TORCHRL, args.torchrl_env, args.torchrl_setup),
+    ):
+        asked = [name for name in peer.systems if args.systems is None or name in args.systems]
+        python, why = peer_python(peer, pathlib.Path(env), setup) if asked else (None, "")
+        if python is None:
+            left_out |= {name: why for name in asked}
+        else:
+            results["systems"] += asked
+            apart.append((peer, python, asked))
     results["left_out"] = left_out
     for name, reason in left_out.items():
         print(f"Left out {name}: {reason}.")
@@ -372,11 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick or args.frames:
             workload = dataclasses.replace(workload, frames=args.frames or QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
-        if python is not None:
-            peer = flashbax_rates(python, workload, repetitions, args.quick)
-            results["workloads"][name]["flashbax_jax"] = peer["jax"]
-            for system in flashbax:
-                for measure, values in peer["rates"][system].items():
+        for peer, python, asked in apart:
+            answer = peer_rates(peer, python, workload, asked, repetitions, args.quick)
+            for package, version in answer.items():  # the versions it ran on: flashbax_jax, torchrl_torch, ...
+                if package != "rates":
+                    results["workloads"][name][f"{peer.key}_{package}"] = version
+            for system in asked:
+                for measure, values in answer["rates"][system].items():
                     results["workloads"][name]["measures"][measure][system] = summarize(values)
         backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
         if actor_counts and backends:

@@ -16,7 +16,9 @@ SYSTEM_NAMES = (
 """Every system in the tables' order (`_bench.systems.SYSTEMS` holds their classes in it)."""
 
 WORKLOAD_NAMES = ("control", "atari", "flashbax")
-# Systems measured in processes of their own environment, not in this one (`scripts/_flashbax_peer.py`).
-OUT_OF_PROCESS = ("Flashbax uniform", "Flashbax prioritized")
+# Systems measured in processes of their own environment, not in this one (`_bench.own_env`), by peer.
+FLASHBAX_SYSTEMS = ("Flashbax uniform", "Flashbax prioritized")
+TORCHRL_SYSTEMS = ("TorchRL uniform", "TorchRL prioritized", "TorchRL memmap", "TorchRL slices")
+OUT_OF_PROCESS = FLASHBAX_SYSTEMS + TORCHRL_SYSTEMS
 # The buffers actor processes add to (--actor-backends), each with the module it needs.
 ACTOR_BACKENDS = {"tfbuffers Reverb": "reverb", "tfbuffers Ray": "ray"}

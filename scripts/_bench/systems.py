@@ -40,16 +40,23 @@ OURS = {
 # The references each of ours is also compared with: peers, and limits that store or check nothing.
 REFERENCES = {
     "tfbuffers TF": ("TF-Agents Reverb", "numpy limit", "bare tf.Variable", "tf.data ceiling", "Flashbax uniform"),
-    "tfbuffers py": ("TF-Agents Reverb", "cpprb uniform", "numpy limit", "tf.data ceiling", "Flashbax uniform"),
+    "tfbuffers py": (
+        "TF-Agents Reverb",
+        "cpprb uniform",
+        "numpy limit",
+        "tf.data ceiling",
+        "Flashbax uniform",
+        "TorchRL uniform",
+    ),
     "tfbuffers TF prioritized": ("TF-Agents TF", "cpprb PER", "Flashbax prioritized"),
-    "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform", "Flashbax prioritized"),
+    "tfbuffers py prioritized": ("tfbuffers py", "cpprb uniform", "Flashbax prioritized", "TorchRL prioritized"),
     "tfbuffers Reverb": ("tfbuffers py",),
     "tfbuffers TF episodes": (),
-    "tfbuffers py episodes": (),
+    "tfbuffers py episodes": ("TorchRL slices",),  # windows within episodes, against TorchRL's slices
     "tfbuffers TF prioritized episodes": (),
     "tfbuffers py prioritized episodes": (),
     "tfbuffers py frame stacks": (),
-    "tfbuffers py memmap": (),
+    "tfbuffers py memmap": ("TorchRL memmap",),
     "tfbuffers py prioritized memmap": (),
     "tfbuffers py frame stacks memmap": (),
 }
