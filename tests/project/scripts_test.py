@@ -474,6 +474,41 @@ def test_the_benchmark_measures_flashbax_in_its_own_env(tmp_path):
     )
 
 
+TORCHRL_ENV = pathlib.Path(__file__).resolve().parents[2] / ".venv-torchrl"
+
+
+@pytest.mark.skipif(not (TORCHRL_ENV / "bin" / "python").exists(), reason="make torchrl-env makes .venv-torchrl")
+def test_the_benchmark_measures_torchrl_in_its_own_env(tmp_path):
+    """TorchRL (PyTorch) in a process of its own environment, beside the tfbuffers buffers it is compared with."""
+    torchrl = ["TorchRL uniform", "TorchRL prioritized", "TorchRL memmap", "TorchRL slices"]
+    ours = ["tfbuffers py", "tfbuffers py prioritized", "tfbuffers py memmap", "tfbuffers py episodes"]
+    argv = ["--quick", "--workloads", "control", "--systems", ",".join(ours + torchrl), "--actors", "0"]
+    argv += ["--repetitions", "2", "--frames", "2048", "--output-dir", str(tmp_path), "--no-progress"]
+    assert benchmark.main(argv) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    local = [name for name in benchmark.SYSTEM_NAMES if name in ours]  # the tables' order, then the peer's own
+    assert results["systems"] == local + torchrl and results["left_out"] == {}
+    (result,) = results["workloads"].values()
+    assert result["workload"]["name"] == "control" and result["workload"]["frames"] == 2048
+    pins = dict(
+        line.split("==") for line in (SCRIPTS / "torchrl-requirements.txt").read_text().splitlines() if "==" in line
+    )
+    assert {package: result[f"torchrl_{package}"] for package in ("torch", "torchrl", "tensordict")} == {
+        package: pins[package] for package in ("torch", "torchrl", "tensordict")
+    }
+    measures = result["measures"]
+    for name in torchrl:
+        asked = ["add_eager", "add_block", "get_next"] + (["sample_update"] if name == "TorchRL prioritized" else [])
+        assert [m for m in measures if name in measures[m]] == asked
+        assert all(measures[m][name]["runs"] == 2 and measures[m][name]["min"] > 0 for m in asked)
+    pairs = [f"{mine} / {theirs}" for mine, theirs in zip(ours, torchrl)]
+    assert all(pair in result["ratios"]["get_next"] and pair in result["ratios"]["add_block"] for pair in pairs)
+    assert "tfbuffers py prioritized / TorchRL prioritized" in result["ratios"]["sample_update"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| sample, direct get_next (frames/s) | tfbuffers py episodes / TorchRL slices |" in table
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_the_quick_sweep_measures_every_local_kind_at_every_point(tmp_path):
     """`--sweep --quick`: every kind's add, sample (and sample + update) at each capacity and batch; no timing."""
     argv = ["--sweep", "--quick", "--repetitions", "2", "--output-dir", str(tmp_path), "--no-progress"]
@@ -515,16 +550,18 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
     Timings are never asserted. The atari workload runs the same code on other shapes, and frame stacks, which
     only it has: `test_the_atari_workload_stores_frame_stacks_and_compares_them` runs those systems on it.
     """
-    missing = tmp_path / "no-flashbax"  # Flashbax's own run: test_the_benchmark_measures_flashbax_in_its_own_env
+    missing = tmp_path / "no-env"  # the peers' own runs: test_the_benchmark_measures_{flashbax,torchrl}_in_its_own_env
     argv = ["--quick", "--repetitions", "1", "--workloads", "control", "--output-dir", str(tmp_path), "--no-progress"]
     argv += ["--frames", "4096"]  # a quarter of --quick's: every system filled, in a quarter of the time
-    assert benchmark.main([*argv, "--flashbax-env", str(missing)]) == 0
+    assert benchmark.main([*argv, "--flashbax-env", str(missing), "--torchrl-env", str(missing)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["workloads"]) == {"control"}
     classes, left_out = benchmark.available_systems()  # all of them on the pinned stack; no Reverb past 3.11
     systems = {cls.name for cls in classes}
-    why = f"needs its own environment {missing}, not made here (--flashbax-setup makes it)"
-    left_out |= {name: why for name in benchmark.OUT_OF_PROCESS}
+    for peer in (benchmark.FLASHBAX, benchmark.TORCHRL):
+        why = f"needs its own environment {missing}, not made here (--{peer.key}-setup makes it)"
+        left_out |= {name: why for name in peer.systems}
+    assert set(left_out) >= set(benchmark.OUT_OF_PROCESS)
     assert results["systems"] == [cls.name for cls in classes] and results["left_out"] == left_out
     episodes = {"tfbuffers TF episodes", "tfbuffers TF prioritized episodes"}
     actor_backends = [name for name, module in benchmark.ACTOR_BACKENDS.items() if importlib.util.find_spec(module)]
