@@ -27,7 +27,7 @@ def main() -> int:
 
     package = pathlib.Path(torchrl.__file__).parent
     target = package / f"_torchrl{sysconfig.get_config_var('EXT_SUFFIX')}"
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    abi = int(torch.compiled_with_cxx11_abi())
     command = ["c++", "-O2", "-DNDEBUG", "-shared", "-fPIC", "-std=c++20", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     command += ["-DTORCH_EXTENSION_NAME=_torchrl", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     command += [f"-I{path}" for path in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]]
