@@ -52,7 +52,6 @@ TORCHRL = OwnEnvPeer(
     build=("_torchrl_extension.py",),
     environ=(("RL_WARNINGS", "0"),),
 )
-PEERS = (FLASHBAX, TORCHRL)
 
 
 def peer_python(peer: OwnEnvPeer, env: pathlib.Path, setup: bool) -> tuple[pathlib.Path | None, str]:
