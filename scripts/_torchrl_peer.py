@@ -118,11 +118,10 @@ def _rates(
             buffer.update_priority(info["index"], setup["priorities"])
 
         measures.append(("sample_update", sample_update, batch * steps))
-    for _ in range(2):  # warm-ups
-        for _, step, _ in measures:
-            _timed(step, 2)
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in measures}
     calls = workload["calls"]
+    for _, step, _ in measures:  # a warm-up, one untimed run of each: the process's first runs are the slowest
+        _timed(step, calls)
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in measures}
     for _ in range(workload["repetitions"]):
         for name, step, count in measures:
             rates[name].append(calls * count / _timed(step, calls))
