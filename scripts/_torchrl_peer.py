@@ -17,9 +17,10 @@ of `[num_envs, T]` TensorDicts. The systems compose one `ReplayBuffer(storage=, 
 
 Measures, as the benchmark names them: `add_block` (one `extend` of `block_frames` frames), `add_eager`
 (one `extend` of one frame per environment), `get_next` (one `sample`) and, prioritized, `sample_update`
-(a `sample`, then `update_priority` of its indices). A sample of the slices is `sample_batch_size` windows of
-`num_steps` frames, as ours; the others draw `sample_batch_size` single items and are counted as
-`sample_batch_size * num_steps` frames, as the benchmark counts its windows (one TorchRL item per window).
+(a `sample`, then `update_priority` of its indices). Every sample is `sample_batch_size * num_steps` frames, the
+frames and bytes of the others' windows: the slices' `sample_batch_size` windows of `num_steps` frames, the
+others' as many single items (each given its own priority by the update, as TorchRL's prioritized buffer
+keeps one a frame).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def measure(workload: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
         "chunk": _items(workload["fields"], envs, FILL_CHUNK, seed=2),
         "block": _items(workload["fields"], envs, max(1, workload["block_frames"] // envs), seed=3),
         "one_step": _items(workload["fields"], envs, 1, seed=1),
-        "priorities": torch.from_numpy(rng.uniform(0.1, 2.0, workload["sample_batch_size"]).astype(np.float32)),
+        "priorities": torch.from_numpy(
+            rng.uniform(0.1, 2.0, workload["sample_batch_size"] * workload["num_steps"]).astype(np.float32)
+        ),
     }
     rates = {}
     for system in workload["systems"]:
@@ -101,7 +104,7 @@ def _rates(
     for _ in range(-(-length // FILL_CHUNK)):
         buffer.extend(setup["chunk"])
     block, one_step = setup["block"], setup["one_step"]
-    drawn = batch * steps if system == "TorchRL slices" else batch  # items: frames of windows, or one a window
+    drawn = batch * steps  # frames: the slices' windows, or as many single items
 
     def sample() -> None:
         buffer.sample(drawn)
@@ -114,7 +117,7 @@ def _rates(
     if isinstance(buffer, PrioritizedReplayBuffer):
 
         def sample_update() -> None:
-            _, info = buffer.sample(batch, return_info=True)
+            _, info = buffer.sample(drawn, return_info=True)
             buffer.update_priority(info["index"], setup["priorities"])
 
         measures.append(("sample_update", sample_update, batch * steps))

@@ -7,6 +7,8 @@ Workloads (as in the project's design):
            40k frames; sample batch 32, num_steps 2.
   flashbax: observation u8[32,32,3] (Flashbax's published CPU workload), action i32; 8 envs;
            500k frames; sample batch 256, num_steps 2 (not run unless asked: --workloads).
+  torchrl: observation u8[3,32,32], action f32[5] (TorchRL's own replay-buffer benchmark's items);
+           8 envs; 100k frames; sample batch 256, num_steps 2 (not run unless asked).
 Items are TF-Agents `Trajectory`s, so TF-Agents' Reverb observer can write them.
 
 Systems: tfbuffers' TF and py uniform buffers, TF-Agents' TFUniformReplayBuffer and
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workloads",
         default="control,atari",
         help="comma-separated: control, atari, flashbax (Flashbax's published one: 500k frames of uint8[32, 32, 3], "
-        "batch 256)",
+        "batch 256), torchrl (TorchRL's benchmark's items: uint8[3, 32, 32] and float32[5], 100k frames, batch 256)",
     )
     parser.add_argument(
         "--systems",

@@ -15,7 +15,7 @@ SYSTEM_NAMES = (
 )  # fmt: skip
 """Every system in the tables' order (`_bench.systems.SYSTEMS` holds their classes in it)."""
 
-WORKLOAD_NAMES = ("control", "atari", "flashbax")
+WORKLOAD_NAMES = ("control", "atari", "flashbax", "torchrl")
 # Systems measured in processes of their own environment, not in this one (`_bench.own_env`), by peer.
 FLASHBAX_SYSTEMS = ("Flashbax uniform", "Flashbax prioritized")
 TORCHRL_SYSTEMS = ("TorchRL uniform", "TorchRL prioritized", "TorchRL memmap", "TorchRL slices")

@@ -60,8 +60,13 @@ WORKLOADS = {
     "flashbax": Workload(
         "flashbax", tf.TensorSpec([32, 32, 3], tf.uint8), tf.TensorSpec([], tf.int32), 8, 500_000, 256
     ),
+    # TorchRL's own replay-buffer benchmark's items (benchmarks/test_replaybuffer_benchmark.py: a float32[5] and a
+    # uint8[3, 32, 32] per item, batch 256, buffers of 10k and 100k), as the action and the observation.
+    "torchrl": Workload(
+        "torchrl", tf.TensorSpec([3, 32, 32], tf.uint8), tf.TensorSpec([5], tf.float32), 8, 100_000, 256
+    ),
 }
-QUICK_FRAMES = {"control": 16_000, "atari": 2_000, "flashbax": 16_000}
+QUICK_FRAMES = {"control": 16_000, "atari": 2_000, "flashbax": 16_000, "torchrl": 16_000}
 
 
 def numpy_batches(workload: Workload, count: int, seed: int = 0) -> list[Any]:

@@ -482,14 +482,15 @@ def test_the_benchmark_measures_torchrl_in_its_own_env(tmp_path):
     """TorchRL (PyTorch) in a process of its own environment, beside the tfbuffers buffers it is compared with."""
     torchrl = ["TorchRL uniform", "TorchRL prioritized", "TorchRL memmap", "TorchRL slices"]
     ours = ["tfbuffers py", "tfbuffers py prioritized", "tfbuffers py memmap", "tfbuffers py episodes"]
-    argv = ["--quick", "--workloads", "control", "--systems", ",".join(ours + torchrl), "--actors", "0"]
+    argv = ["--quick", "--workloads", "torchrl", "--systems", ",".join(ours + torchrl), "--actors", "0"]
     argv += ["--repetitions", "2", "--frames", "2048", "--output-dir", str(tmp_path), "--no-progress"]
     assert benchmark.main(argv) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     local = [name for name in benchmark.SYSTEM_NAMES if name in ours]  # the tables' order, then the peer's own
     assert results["systems"] == local + torchrl and results["left_out"] == {}
     (result,) = results["workloads"].values()
-    assert result["workload"]["name"] == "control" and result["workload"]["frames"] == 2048
+    assert result["workload"]["name"] == "torchrl" and result["workload"]["frames"] == 2048
+    assert result["workload"]["payload_bytes"] == 3 * 32 * 32 + 5 * 4 + 16  # TorchRL's item, with the Trajectory's
     pins = dict(
         line.split("==") for line in (SCRIPTS / "torchrl-requirements.txt").read_text().splitlines() if "==" in line
     )
@@ -986,7 +987,7 @@ BAD_ARGUMENTS = {
     ),
     "benchmark": (
         ["--workloads", "mujoco"],
-        "argument --workloads: expected names among control, atari, flashbax, got 'mujoco'",
+        "argument --workloads: expected names among control, atari, flashbax, torchrl, got 'mujoco'",
     ),
     "soak": (["--minutes", "x"], "argument --minutes: invalid float value: 'x'"),
     "tf_agents_examples": (["--timeout", "0"], "--timeout: expected a positive number of seconds, got 0"),
