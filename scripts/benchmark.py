@@ -226,11 +226,12 @@ def run_workload(
     classes = [cls for cls in classes if cls.applies(workload)]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in MEASURES}
     memory: dict[str, dict[str, float | None]] = {}
-    ops, opened, file_memory = {}, {}, {}
+    ops, opened, file_memory, seconds = {}, {}, {}, {}
     peak = _rss()
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
         for cls in classes:
             bar.set_postfix_str(f"{cls.name}: fill")
+            started = time.perf_counter()
             before, anonymous_before = _rss(), _anonymous()
             system = cls(workload)
             given = system.prepare(batches)
@@ -264,6 +265,7 @@ def run_workload(
             if measured is not None:
                 file_memory[system.name] = measured
             peak = max(peak, _rss())
+            seconds[system.name] = time.perf_counter() - started
             system.close()
             del system, given, block
             gc.collect()
@@ -279,6 +281,7 @@ def run_workload(
         "ops": ops,
         "open": opened,
         "resident_peak_bytes": peak,  # the process's resident bytes at the fullest (each system's last measure)
+        "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
     }
 
 

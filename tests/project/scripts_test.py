@@ -676,6 +676,7 @@ def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
     # One system is held at a time; the process at its fullest held at least the largest one's storage.
     largest = max(memory["stored_bytes_per_frame"] or 0.0 for memory in result["memory"].values())
     assert result["resident_peak_bytes"] >= largest * result["workload"]["frames"] > 0
+    assert set(result["seconds"]) == set(systems.split(",")) and all(t > 0 for t in result["seconds"].values())
     assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
     assert "tfbuffers py frame stacks memmap / tfbuffers py frame stacks" in result["ratios"]["get_next"]
     assert "actors" not in result  # --actors 0
