@@ -487,7 +487,8 @@ def test_the_benchmark_measures_torchrl_in_its_own_env(tmp_path):
     assert benchmark.main(argv) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     local = [name for name in benchmark.SYSTEM_NAMES if name in ours]  # the tables' order, then the peer's own
-    assert results["systems"] == local + torchrl and results["left_out"] == {}
+    # None of these is left out (the Reverb systems are, past Python 3.11: not asked for, not installed there).
+    assert results["systems"] == local + torchrl and set(results["left_out"]).isdisjoint(ours + torchrl)
     (result,) = results["workloads"].values()
     assert result["workload"]["name"] == "torchrl" and result["workload"]["frames"] == 2048
     assert result["workload"]["payload_bytes"] == 3 * 32 * 32 + 5 * 4 + 16  # TorchRL's item, with the Trajectory's
