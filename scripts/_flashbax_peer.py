@@ -15,11 +15,10 @@ documentation has it, and waited for (`block_until_ready`), so the time is the w
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from typing import Any
 
+import _peer_runs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,12 +35,6 @@ def _leaves(fields: list[dict[str, Any]], batch: int, steps: int, seed: int) -> 
         values = rng.integers(0, 255, shape) if dtype.kind in "iu" else rng.standard_normal(shape)
         out[field["name"]] = jnp.asarray(values.astype(dtype))
     return out
-
-
-def _timed(step: Any, calls: int) -> float:
-    start = time.perf_counter()
-    step(calls)
-    return time.perf_counter() - start
 
 
 def measure(workload: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
@@ -93,7 +86,7 @@ def _rates(buffer: Any, setup: dict[str, Any], length: int, workload: dict[str, 
             drawn = sample(holder["state"], keys[i])
         jax.block_until_ready(drawn)
 
-    measures = [("add_eager", adds, workload["num_envs"]), ("get_next", samples, frames)]
+    measures: list[_peer_runs.Measure] = [("add_eager", adds, workload["num_envs"]), ("get_next", samples, frames)]
     if hasattr(buffer, "set_priorities"):
         set_priorities = jax.jit(buffer.set_priorities, donate_argnums=0)
 
@@ -104,20 +97,12 @@ def _rates(buffer: Any, setup: dict[str, Any], length: int, workload: dict[str, 
             jax.block_until_ready(holder["state"])
 
         measures.append(("sample_update", sample_updates, frames))
-    for _ in range(2):  # warm-ups: each call compiled, for the states every other call leaves
-        for _, step, _ in measures:
-            step(2)
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in measures}
-    for _ in range(workload["repetitions"]):
-        for name, step, count in measures:
-            rates[name].append(calls * count / _timed(step, calls))
-    return rates
+    # Two warm-ups of two calls: each call compiled, for the states every other call leaves.
+    return _peer_runs.rates(measures, calls, workload["repetitions"], warm_ups=2, warm_up_calls=2)
 
 
 def main() -> int:
-    workload = json.load(sys.stdin)
-    print(json.dumps({"jax": jax.__version__, "rates": measure(workload)}))
-    return 0
+    return _peer_runs.print_result({"jax": jax.__version__}, measure(_peer_runs.read_workload()))
 
 
 if __name__ == "__main__":

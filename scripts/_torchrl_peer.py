@@ -25,13 +25,11 @@ keeps one a frame).
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
+import _peer_runs
 import numpy as np
 import tensordict
 import torch
@@ -70,13 +68,6 @@ def _buffer(system: str, workload: dict[str, Any], scratch: str) -> ReplayBuffer
     raise ValueError(f"unknown TorchRL system {system!r}")
 
 
-def _timed(step: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        step()
-    return time.perf_counter() - start
-
-
 def measure(workload: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """Frames per second of each run of each measure, by system: each built, filled, measured and freed in turn."""
     envs, rng = workload["num_envs"], np.random.default_rng(0)
@@ -106,37 +97,38 @@ def _rates(
     block, one_step = setup["block"], setup["one_step"]
     drawn = batch * steps  # frames: the slices' windows, or as many single items
 
-    def sample() -> None:
-        buffer.sample(drawn)
+    def add_blocks(calls: int) -> None:
+        for _ in range(calls):
+            buffer.extend(block)
 
-    measures: list[tuple[str, Callable[[], Any], int]] = [
-        ("add_block", lambda: buffer.extend(block), block.numel()),
-        ("add_eager", lambda: buffer.extend(one_step), envs),
-        ("get_next", sample, batch * steps),
+    def add_steps(calls: int) -> None:
+        for _ in range(calls):
+            buffer.extend(one_step)
+
+    def samples(calls: int) -> None:
+        for _ in range(calls):
+            buffer.sample(drawn)
+
+    measures: list[_peer_runs.Measure] = [
+        ("add_block", add_blocks, block.numel()),
+        ("add_eager", add_steps, envs),
+        ("get_next", samples, drawn),
     ]
     if isinstance(buffer, PrioritizedReplayBuffer):
 
-        def sample_update() -> None:
-            _, info = buffer.sample(drawn, return_info=True)
-            buffer.update_priority(info["index"], setup["priorities"])
+        def sample_updates(calls: int) -> None:
+            for _ in range(calls):
+                _, info = buffer.sample(drawn, return_info=True)
+                buffer.update_priority(info["index"], setup["priorities"])
 
-        measures.append(("sample_update", sample_update, batch * steps))
-    calls = workload["calls"]
-    for _, step, _ in measures:  # a warm-up, one untimed run of each: the process's first runs are the slowest
-        _timed(step, calls)
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in measures}
-    for _ in range(workload["repetitions"]):
-        for name, step, count in measures:
-            rates[name].append(calls * count / _timed(step, calls))
-    return rates
+        measures.append(("sample_update", sample_updates, drawn))
+    return _peer_runs.rates(measures, workload["calls"], workload["repetitions"])
 
 
 def main() -> int:
     torch.set_num_threads(1)
-    workload = json.load(sys.stdin)
     versions = {"torch": torch.__version__, "torchrl": torchrl.__version__, "tensordict": tensordict.__version__}
-    print(json.dumps(versions | {"rates": measure(workload)}))
-    return 0
+    return _peer_runs.print_result(versions, measure(_peer_runs.read_workload()))
 
 
 if __name__ == "__main__":

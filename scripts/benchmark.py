@@ -44,6 +44,7 @@ import importlib.metadata
 import importlib.util
 import json
 import pathlib
+import resource
 import sys
 import tempfile
 import time
@@ -53,7 +54,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
 import _sweep  # noqa: E402 (no TensorFlow at import: the arguments are checked with its names first)
-from _bench.names import ACTOR_BACKENDS, OUT_OF_PROCESS, SYSTEM_NAMES, WORKLOAD_NAMES  # noqa: E402
+from _bench.names import ACTOR_BACKENDS, OUT_OF_PROCESS, OWN_ENV_PEERS, SYSTEM_NAMES, WORKLOAD_NAMES  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,29 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
         "at capacities 10k to 10M frames and batch sizes 32 to 4096 (quick: 1k and 10k, batches 32 and 256), "
         "written to sweep.md/.json and one log-log figure per measure",
     )
-    parser.add_argument(
-        "--flashbax-env",
-        default=str(REPOSITORY / ".venv-flashbax"),
-        help="the virtual environment Flashbax (JAX) is measured in, in its own process (default: .venv-flashbax in "
-        "the repository); where it is missing, Flashbax is left out",
-    )
-    parser.add_argument(
-        "--flashbax-setup",
-        action="store_true",
-        help="create --flashbax-env first if it is missing, from scripts/flashbax-requirements.txt (a few minutes)",
-    )
-    parser.add_argument(
-        "--torchrl-env",
-        default=str(REPOSITORY / ".venv-torchrl"),
-        help="the virtual environment TorchRL (PyTorch on the CPU) is measured in, in its own process (default: "
-        ".venv-torchrl in the repository); where it is missing, TorchRL is left out",
-    )
-    parser.add_argument(
-        "--torchrl-setup",
-        action="store_true",
-        help="create --torchrl-env first if it is missing, from scripts/torchrl-requirements.txt, and build "
-        "TorchRL's C++ extension in it (a few minutes)",
-    )
+    for peer in OWN_ENV_PEERS:
+        parser.add_argument(
+            f"--{peer.key}-env",
+            default=str(REPOSITORY / f".venv-{peer.key}"),
+            help=f"the virtual environment {peer.runs_on} is measured in, in its own process (default: "
+            f".venv-{peer.key} in the repository); where it is missing, {peer.name} is left out",
+        )
+        parser.add_argument(
+            f"--{peer.key}-setup",
+            action="store_true",
+            help=f"create --{peer.key}-env first if it is missing, from scripts/{peer.key}-requirements.txt"
+            + (f", and build {peer.builds} in it" if peer.builds else "")
+            + " (a few minutes)",
+        )
     parser.add_argument("--output-dir", default="out/benchmark", help="where results.md/.json/.png go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -194,7 +186,8 @@ from _bench.measure import (  # noqa: E402
     executed_ops,
     graph_ops,
 )
-from _bench.own_env import FLASHBAX, TORCHRL, OwnEnvPeer, peer_python, peer_rates  # noqa: E402
+from _bench.names import OwnEnvPeer  # noqa: E402
+from _bench.own_env import peer_python, peer_rates  # noqa: E402
 from _bench.report import machine, markdown, plot, ratios, summarize  # noqa: E402
 from _bench.systems import MEASURES, SYSTEMS, available_systems  # noqa: E402
 from _bench.workloads import QUICK_FRAMES, WORKLOADS, Workload, numpy_batches  # noqa: E402
@@ -227,7 +220,6 @@ def run_workload(
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in MEASURES}
     memory: dict[str, dict[str, float | None]] = {}
     ops, opened, file_memory, seconds = {}, {}, {}, {}
-    peak = _rss()
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
         for cls in classes:
             bar.set_postfix_str(f"{cls.name}: fill")
@@ -264,7 +256,6 @@ def run_workload(
                 measured = None if system.variant else system.file_memory(pathlib.Path(directory))
             if measured is not None:
                 file_memory[system.name] = measured
-            peak = max(peak, _rss())
             seconds[system.name] = time.perf_counter() - started
             system.close()
             del system, given, block
@@ -280,7 +271,10 @@ def run_workload(
         "files": file_memory,
         "ops": ops,
         "open": opened,
-        "resident_peak_bytes": peak,  # the process's resident bytes at the fullest (each system's last measure)
+        # The process's resident high-water mark since it started (the kernel's, so no moment is missed), and the
+        # largest of its finished children's (the file-memory children, the peers' processes).
+        "resident_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "children_resident_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
     }
 
@@ -376,10 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         classes = [cls for cls in classes if cls.name in args.systems]
     results["systems"] = [cls.name for cls in classes]
     apart: list[tuple[OwnEnvPeer, pathlib.Path, list[str]]] = []  # (peer, its interpreter, its systems asked for)
-    for peer, env, setup in (
-        (FLASHBAX, args.flashbax_env, args.flashbax_setup),
-        (TORCHRL, args.torchrl_env, args.torchrl_setup),
-    ):
+    for peer in OWN_ENV_PEERS:
+        env, setup = getattr(args, f"{peer.key}_env"), getattr(args, f"{peer.key}_setup")
         asked = [name for name in peer.systems if args.systems is None or name in args.systems]
         python, why = peer_python(peer, pathlib.Path(env), setup) if asked else (None, "")
         if python is None:

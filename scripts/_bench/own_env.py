@@ -17,50 +17,23 @@ import sys
 from typing import Any
 
 from _bench.measure import BLOCK_FRAMES, SCRIPTS
-from _bench.names import FLASHBAX_SYSTEMS, TORCHRL_SYSTEMS
+from _bench.names import OwnEnvPeer
 from _bench.workloads import Workload
 from tfbuffers import specs
 
 
-@dataclasses.dataclass(frozen=True)
-class OwnEnvPeer:
-    """A peer measured by `scripts/_<key>_peer.py` under the interpreter of its own environment."""
-
-    name: str
-    key: str  # the script's and the flags' name: `--<key>-env`, `--<key>-setup`
-    module: str  # what must import there for the peer to run
-    systems: tuple[str, ...]
-    calls: int  # calls per timed run of each measure (quick: a tenth)
-    build: tuple[str, ...] = ()  # scripts run by that interpreter after the requirements are installed
-    environ: tuple[tuple[str, str], ...] = ()  # set for the peer's process
-
-    @property
-    def requirements(self) -> pathlib.Path:
-        """The pinned requirements its environment is made from."""
-        return SCRIPTS / f"{self.key}-requirements.txt"
-
-
-FLASHBAX = OwnEnvPeer(
-    "Flashbax", "flashbax", "flashbax", FLASHBAX_SYSTEMS, calls=200, environ=(("JAX_PLATFORMS", "cpu"),)
-)
-TORCHRL = OwnEnvPeer(
-    "TorchRL",
-    "torchrl",
-    "torchrl._torchrl",  # its C++ extension too: the prioritized sampler's sum tree
-    TORCHRL_SYSTEMS,
-    calls=200,
-    build=("_torchrl_extension.py",),
-    environ=(("RL_WARNINGS", "0"),),
-)
+def requirements(peer: OwnEnvPeer) -> pathlib.Path:
+    """The pinned requirements `peer`'s environment is made from."""
+    return SCRIPTS / f"{peer.key}-requirements.txt"
 
 
 def peer_python(peer: OwnEnvPeer, env: pathlib.Path, setup: bool) -> tuple[pathlib.Path | None, str]:
     """The interpreter of `peer`'s environment `env`, made first if `setup`; or None and why it is left out."""
     python = env / "bin" / "python"
     if not python.exists() and setup:
-        print(f"Creating the {peer.name} environment {env} from {peer.requirements.name} (a few minutes) ...")
+        print(f"Creating the {peer.name} environment {env} from {requirements(peer).name} (a few minutes) ...")
         subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(peer.requirements)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements(peer))], check=True)
         for script in peer.build:
             subprocess.run([str(python), str(SCRIPTS / script)], check=True)
     if not python.exists():
