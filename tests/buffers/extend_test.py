@@ -51,27 +51,27 @@ def _state_arrays(buffer) -> dict:
     return kept
 
 
-KINDS = {
-    "py": lambda **o: tfbuffers.PyUniformReplayBuffer(EPISODE_SPEC, batch_size=3, max_length=5, seed=0, **o),
-    "py_prioritized": lambda **o: tfbuffers.PyPrioritizedReplayBuffer(
-        EPISODE_SPEC, batch_size=3, max_length=5, seed=0, **o
-    ),
-    "py_prioritized_frames": lambda **o: tfbuffers.PyPrioritizedReplayBuffer(
-        EPISODE_SPEC, batch_size=3, max_length=5, seed=0, frame_stacks="observation/pixels", **o
-    ),
-    "py_prioritized_memmap": lambda **o: tfbuffers.PyPrioritizedReplayBuffer(
-        EPISODE_SPEC, batch_size=3, max_length=5, seed=0, directory=new_directory(), **o
-    ),
-    "tf": lambda **o: tfbuffers.TFUniformReplayBuffer(EPISODE_SPEC, batch_size=3, max_length=5, **o),
-    "tf_prioritized": lambda **o: tfbuffers.TFPrioritizedReplayBuffer(EPISODE_SPEC, batch_size=3, max_length=5, **o),
+KINDS = {  # each buffer's class and options, beside `batch_size=3` and `max_length` (5 unless a test says)
+    "py": (tfbuffers.PyUniformReplayBuffer, dict(seed=0)),
+    "py_prioritized": (tfbuffers.PyPrioritizedReplayBuffer, dict(seed=0)),
+    "py_prioritized_frames": (tfbuffers.PyPrioritizedReplayBuffer, dict(seed=0, frame_stacks="observation/pixels")),
+    "py_prioritized_memmap": (tfbuffers.PyPrioritizedReplayBuffer, dict(seed=0, directory=new_directory)),
+    "tf": (tfbuffers.TFUniformReplayBuffer, {}),
+    "tf_prioritized": (tfbuffers.TFPrioritizedReplayBuffer, {}),
 }
+
+
+def _buffer(name: str, max_length: int = 5, **options):
+    cls, own = KINDS[name]
+    own = {key: value() if callable(value) else value for key, value in own.items()}  # a new directory each
+    return cls(EPISODE_SPEC, batch_size=3, max_length=max_length, **own, **options)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("episodes", [False, True], ids=["plain", "episodes"])
 @pytest.mark.parametrize("name", list(KINDS))
 def test_a_block_keeps_what_its_adds_one_by_one_keep(name, episodes, mode):
-    blocks, adds = KINDS[name](episode_boundaries=episodes), KINDS[name](episode_boundaries=episodes)
+    blocks, adds = _buffer(name, episode_boundaries=episodes), _buffer(name, episode_boundaries=episodes)
     extend = blocks.extend if mode == "eager" else tf.function(blocks.extend)
     for count, first in BLOCKS:
         items = block(first, count)
@@ -90,9 +90,51 @@ def test_a_block_keeps_what_its_adds_one_by_one_keep(name, episodes, mode):
         np.testing.assert_array_equal(drawn[1].probabilities, expected_draw[1].probabilities)
 
 
+def _random_episodes(first: int, count: int, lengths: np.random.Generator) -> dict:
+    """`block(first, count)` with each segment's episodes of random lengths, 1 to 30 frames (LAST ends each)."""
+    items = block(first, count)
+    items["step_type"] = np.ones([3, count], np.int32)
+    for segment in range(3):
+        ends = np.cumsum(lengths.integers(1, 31, count)) - 1  # ends past the block are never reached
+        items["step_type"][segment, ends[ends < count]] = 2
+    return items
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("name", ["py", "py_prioritized", "py_prioritized_memmap", "tf_prioritized"])
+def test_a_block_of_many_episodes_keeps_the_record_its_adds_one_by_one_keep(name, mode):
+    """Blocks of many episode ends per segment keep the record of episode ends their adds one by one keep.
+
+    A ring of 40 frames, episodes shorter and longer than the record's reach (`NEAR`, 16), blocks past the
+    ring's end, and priorities given between them. The priorities are powers of two with exponent 1, so every
+    sum of the record is exact in any order: a block's sums equal its adds' one by one to the last bit.
+    """
+    options = dict(episode_boundaries=True) | ({"priority_exponent": 1.0} if "prioritized" in name else {})
+    blocks, adds = _buffer(name, max_length=40, **options), _buffer(name, max_length=40, **options)
+    extend = blocks.extend if mode == "eager" else tf.function(blocks.extend)
+    lengths, priorities = np.random.default_rng(7), np.random.default_rng(8)
+    first = 0
+    for count in (25, 30, 1, 40, 17, 33):
+        items = _random_episodes(first, count, lengths)
+        extend(items)
+        for t in range(count):
+            adds.add_batch(_frame(items, t))
+        first += count
+        expected, kept = _state_arrays(adds), _state_arrays(blocks)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(kept[key], value, err_msg=f"{key} after the block of {count} to {first}")
+        if "prioritized" in name:  # new priorities for a few stored frames, the same on both
+            ids = priorities.choice(np.arange(first - min(first, 40), first) * 3, 8, replace=False) + 1
+            given = 2.0 ** priorities.integers(-3, 4, 8)
+            for buffer in (blocks, adds):
+                buffer.update_priorities(tf.constant(ids, tf.int64), tf.constant(given, tf.float32))
+    record = next(value for key, value in _state_arrays(blocks).items() if "episodes/near" in key)
+    assert record[1:, 2].sum() > 3 * 16  # the record holds many frames near their episode's end
+
+
 @pytest.mark.parametrize("name", ["py", "tf"])
 def test_a_block_refused_when_the_graph_runs_leaves_the_buffer_working(name):
-    buffer = KINDS[name]()
+    buffer = _buffer(name)
     signature = tf.nest.map_structure(lambda s: tf.TensorSpec([None, 2, *s.shape], s.dtype), EPISODE_SPEC)
     extend = tf.function(buffer.extend, input_signature=[signature])
     buffer.extend(block(0, 4))
@@ -116,7 +158,7 @@ def test_a_block_refused_when_the_graph_runs_leaves_the_buffer_working(name):
 
 
 def test_a_block_with_no_time_axis_known_when_traced_is_refused_naming_the_field():
-    buffer = KINDS["tf"]()
+    buffer = _buffer("tf")
     signature = tf.nest.map_structure(lambda s: tf.TensorSpec([3, None, *s.shape], s.dtype), EPISODE_SPEC)
     with pytest.raises(
         ValueError, match=r"^action: expected a block \[batch_size, T, \.\.\.\] with T known, got shape \(3, None\)"

@@ -17,7 +17,8 @@ before it, ...) is below `num_steps`. A buffer with `episode_boundaries` keeps:
 An add moves the rows of the frames it overwrites out of `near`, and when the
 frame before its own ended an episode (the previous frame is LAST, or its own
 is FIRST), gives the last `NEAR` frames of that episode their distances: a few
-ops on `batch_size * NEAR` values. A prioritized buffer moves a row's weight in
+ops on `batch_size * NEAR` values. A block of adds (`extend`) does the same for
+all its frames at once (`EpisodeRecord.leave`, `join_block`). A prioritized buffer moves a row's weight in
 `near` when it changes its priority. So for `num_steps - 1 <= NEAR`, the
 windows that cross a boundary and their weight are `near[1 : num_steps]`,
 less the newest `num_steps - 1` frames of each segment (windows past the newest
@@ -175,8 +176,9 @@ class EpisodeRecord:
     The add-time update has one kernel per mode, measured. The host's is plain loops over the few segments
     whose episode ended (an add's numpy calls cost more than their arithmetic): the graph's vectorised update
     (`ending_rows`), run over numpy with its parts skipped where they change nothing, made these adds 1.35x
-    slower (18 to 24 us per add of 4 segments, episodes of about 50 frames; measured 2026-11). The graph's is
-    one set of scatters (`ending_rows`), made before the block's rows are written.
+    slower (18 to 24 us per add of 4 segments, episodes of about 50 frames; measured 2026-11); a host block
+    of adds is one vectorised update of all its episode ends (`join_block`). The graph's is one set of
+    scatters (`ending_rows`), made before the block's rows are written.
     """
 
     def __init__(self, storage: Any, step_field: int, batch_size: int, max_length: int, graph: bool) -> None:
@@ -228,11 +230,7 @@ class EpisodeRecord:
             return []
         record, cut = self.record, self._cut
         first = int(_ring.block_start(added, self._max_length, self._batch_size))
-        left = record.distance[first : first + self._batch_size]
-        if left.any():  # the overwritten frames were near the end of their episode
-            rows = first + np.flatnonzero(left)
-            np.subtract.at(record.near, left[left > 0], self.row_columns(rows))
-            left[:] = 0
+        self.leave(first, first + self._batch_size)
         if not cut.any():
             return []
         ended = added - 1
@@ -246,6 +244,48 @@ class EpisodeRecord:
             record.near[distances] += self.row_columns(rows)
             record.last_end[segment] = ended
         return []
+
+    def leave(self, start: int, stop: int) -> None:
+        """Host: storage rows `start` to `stop` are overwritten: they leave the record, by their weights now."""
+        record = self.record
+        left = record.distance[start:stop]
+        if left.any():  # the overwritten frames were near the end of their episode
+            rows = start + np.flatnonzero(left)
+            np.subtract.at(record.near, left[left > 0], self.row_columns(rows))
+            left[:] = 0
+
+    def join_block(self, added: int, count: int, step_types: np.ndarray) -> None:
+        """Host: adds `added` to `added + count - 1` (one run, not wrapping the ring) were written and have left.
+
+        What their adds one by one leave (`on_add`), at once: the last frames of every episode that ended before
+        one of the block's frames join, by their weights now (`leave` first, and a prioritized sampler's new
+        priorities). `before_add` was told of the first add; `step_types`: the block's, `[batch_size, count]`.
+        One by one, a frame that joins and is overwritten later in the same block leaves again; here it never
+        joins (only frames still stored after the block do), so the sums are the same, up to the rounding of
+        weights other than 1.
+        """
+        cuts = np.empty([self._batch_size, count], bool)
+        cuts[:, 0] = self._cut
+        cuts[:, 1:] = is_cut(step_types[:, :-1], step_types[:, 1:])
+        segments, steps = np.nonzero(cuts)  # by segment, then in add order
+        if not len(segments):
+            return
+        record, length, size = self.record, self._max_length, self._batch_size
+        ended = added + steps.astype(np.int64) - 1  # each cut's episode's last add
+        # Each cut's episode starts after the segment's previous end: the cut before it, or the record's.
+        previous = np.where(
+            np.r_[True, segments[1:] != segments[:-1]], record.last_end[segments], np.r_[-1, ended[:-1]]
+        )
+        oldest_after = added + count - min(added + count, length)  # the oldest add still stored after the block
+        low = np.maximum(np.maximum(previous + 1, oldest_after), ended - NEAR + 1)
+        distances = np.arange(1, NEAR + 1)
+        adds = ended[:, None] - distances + 1  # [cuts, NEAR]
+        kept = adds >= low[:, None]
+        rows = (adds[kept] % length) * size + np.broadcast_to(segments[:, None], adds.shape)[kept]  # distinct
+        joined = np.broadcast_to(distances, adds.shape)[kept]
+        record.distance[rows] = joined
+        np.add.at(record.near, joined, self.row_columns(rows))
+        np.maximum.at(record.last_end, segments, ended)
 
     def on_clear(self) -> list[Any]:
         """The buffer was cleared: no episode ended. Graph: the writes."""

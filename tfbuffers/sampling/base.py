@@ -245,9 +245,16 @@ class Sampler(abc.ABC):
         Before the counter moves; `before_add` was told of the first add (before any row was written).
         `step_types`: their step types, `[batch_size, count]`, with episode boundaries, else None. By default
         the events of `count` single adds, in order (`on_add`, then the next add's `before_add`, which reads
-        the frames before it, now written); a sampler whose state a block changes at once overrides it.
+        the frames before it, now written); a sampler whose state a block changes at once overrides it. Where
+        only the record of episode ends follows the adds (`before_add` and `on_add` are this class's), it
+        follows the block at once.
         """
         size = self.batch_size
+        record = self._episode_record
+        if record is not None and type(self).before_add is Sampler.before_add and type(self).on_add is Sampler.on_add:
+            record.leave(first_row, first_row + count * size)
+            record.join_block(added, count, step_types)
+            return
         for t in range(count):
             if t:
                 self.before_add(added + t, None if step_types is None else step_types[:, t])

@@ -85,13 +85,17 @@ class PrioritizedSampler(Sampler):
     def on_add_block(self, added: int, count: int, first_row: int, step_types: Any) -> None:
         """See `Sampler.on_add_block`: the block's frames get the largest priority at once.
 
-        With episode boundaries add by add: the record of episode ends weighs each add's rows by the priorities
-        set before it.
+        With episode boundaries, the record of episode ends follows the block at once too, as it follows single
+        adds: the overwritten rows leave it by their old priorities, then the new frames get theirs, then the
+        ended episodes' last frames join it by them.
         """
-        if self._episode_record is not None:
-            super().on_add_block(added, count, first_row, step_types)
-        else:
-            self._priorities().on_add(slice(first_row, first_row + count * self.batch_size))
+        rows = slice(first_row, first_row + count * self.batch_size)
+        if self._episode_record is None:
+            self._priorities().on_add(rows)
+            return
+        self._episode_record.leave(rows.start, rows.stop)
+        self._priorities().on_add(rows)
+        self._episode_record.join_block(added, count, step_types)
 
     def on_clear(self) -> list[Any]:
         """See `Sampler.on_clear`: every priority 0, new frames get 1.0."""
