@@ -244,8 +244,8 @@ def run_workload(
             }
             bar.update(1)
             bar.set_postfix_str(f"{cls.name}: measure")
-            for _ in range(repetitions):
-                for measure, value in _measures(system, workload, given, block, quick).items():
+            for repetition in range(repetitions):
+                for measure, value in _measures(system, workload, given, block, quick, repetition).items():
                     samples[measure].setdefault(system.name, []).append(value)
                 bar.update(1)
             if (counted := system.graph_ops()) is not None:
@@ -286,8 +286,13 @@ class _Frames:
         del count
 
 
-def _measures(system: System, workload: Workload, given: list[Any], block: Any, quick: bool) -> dict[str, float]:
-    """One repetition of every measure `system` supports, as rates (frames/s, or MB/s for files)."""
+def _measures(
+    system: System, workload: Workload, given: list[Any], block: Any, quick: bool, repetition: int
+) -> dict[str, float]:
+    """Repetition `repetition` of every measure `system` supports, as rates (frames/s, or MB/s for files).
+
+    The files' measures of a system that `saves_once` (Reverb's checkpoints) in the first repetition only.
+    """
     num_adds = 200 if quick else 2_000
     sample_batches = 20 if quick else 500
     pass_elements = 100 if quick else 2_000
@@ -312,7 +317,8 @@ def _measures(system: System, workload: Workload, given: list[Any], block: Any, 
     if deterministic is not None:
         rates["deterministic_pass"] = deterministic[1] / deterministic[0]
     with tempfile.TemporaryDirectory() as directory:
-        saved = None if system.variant else system.save_load(pathlib.Path(directory))
+        skipped = system.variant or (system.saves_once and repetition > 0)
+        saved = None if skipped else system.save_load(pathlib.Path(directory))
     if saved is not None:
         save, load, size = saved
         rates["save"] = size / save / 1e6

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfbuffers
-from _bench.measure import System, TFBuffer, _calls, _consume_in_graph, _iterate, _time
+from _bench.measure import System, TFBuffer, _calls, _consume_in_graph, _iterate, _time, block_seconds
 from _bench.workloads import Workload
 
 
@@ -46,7 +46,7 @@ class NumpyLimit(System):
                 view[: frames - first] = leaf[:, first:].swapaxes(0, 1)
             self.position += frames
 
-        return _time(write)
+        return block_seconds(write)
 
     def _gather(self) -> list[np.ndarray]:
         w = self.workload

@@ -28,6 +28,7 @@ class System:
     name = ""
     adds = True  # whether it stores anything (the tf.data ceiling does not)
     variant = False  # an option's cost against the same buffer without it: the deterministic pass and files not run
+    saves_once = False  # its save measured in the first repetition only (a Reverb checkpoint: ~80 s of 1M items)
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
@@ -120,6 +121,7 @@ class System:
 
 
 BLOCK_FRAMES = 1024  # frames of one block add, all environments together
+BLOCK_CALLS = 10  # block adds timed together by the systems that take a block in one call
 
 
 def block_of(workload: Workload, batches: list[Any]) -> Any:
@@ -128,6 +130,11 @@ def block_of(workload: Workload, batches: list[Any]) -> Any:
     return tf.nest.map_structure(
         lambda *leaves: np.stack(leaves, axis=1), *[batches[t % len(batches)] for t in range(frames)]
     )
+
+
+def block_seconds(add: Callable[[], Any]) -> float:
+    """Seconds of one block add `add()`, the mean of `BLOCK_CALLS` in a row (one is about a millisecond)."""
+    return _time(lambda: [add() for _ in range(BLOCK_CALLS)]) / BLOCK_CALLS
 
 
 def _block_frames(block: Any) -> int:
@@ -262,7 +269,7 @@ class BufferCalls(System):
         if not hasattr(self.buffer, "extend"):
             return super().add_block(block)
         self.buffer.extend(block)  # warm-up: a TF buffer traces its block add once per block length
-        return _time(lambda: self.buffer.extend(block))
+        return block_seconds(lambda: self.buffer.extend(block))
 
     def dataset(self) -> tf.data.Dataset:
         w = self.workload

@@ -242,6 +242,8 @@ class TFBuffersReverb(BufferCalls):
 
     deterministic_pass = System.deterministic_pass  # a Reverb table has no order to read
 
+    saves_once = True
+
     def save_load(self, directory: pathlib.Path) -> tuple[float, float | None, int] | None:
         return _reverb_checkpoint(self.buffer.py_client)
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tf_agents.replay_buffers import py_uniform_replay_buffer, tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 
-from _bench.measure import System, TFBuffer, _calls, _iterate, _repeat, _reverb_checkpoint, _time
+from _bench.measure import System, TFBuffer, _calls, _iterate, _repeat, _reverb_checkpoint, _time, block_seconds
 from _bench.workloads import PRIORITY_BETA, Workload, _mid_episode, _priority_batches
 from tfbuffers import specs
 
@@ -101,6 +101,8 @@ class TFAgentsReverb(System):
         dataset = self.buffer.as_dataset(w.sample_batch_size, w.num_steps, num_parallel_calls=tf.data.AUTOTUNE)
         return _iterate(dataset.prefetch(tf.data.AUTOTUNE), num_batches)
 
+    saves_once = True
+
     def save_load(self, directory: pathlib.Path) -> tuple[float, None, int]:
         return _reverb_checkpoint(self.buffer.py_client)
 
@@ -148,7 +150,7 @@ class Cpprb(System):
             named = dict(zip(self.paths, leaves))
             self.buffer.add(**named, next_observation=named["observation"])
 
-        return _time(add)
+        return block_seconds(add)
 
     def _sample(self) -> Any:
         return self.buffer.sample(self.workload.sample_batch_size)
