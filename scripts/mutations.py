@@ -109,14 +109,15 @@ MUTATIONS = (
     ),
     Mutation(
         id="priority-update-skips-newest",
-        description="prioritized.stored_updates: the newest add's frames count as overwritten, so update_priorities "
-        "leaves their priorities and sum-tree leaves unchanged",
-        file="tfbuffers/sampling/priorities.py",
-        old="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added)",
-        new="stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added - 1)",
-        catches="tests/storage/storage_test.py::test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage"
-        "[py_prioritized] (ids 6, 7 are the newest add's: their priorities stay [1, 1], not [3, 0.5]); "
-        "[tf_prioritized] too",
+        description="_ring.ids_stored: the newest add's frames count as overwritten, so update_priorities "
+        "leaves their priorities and sum-tree leaves unchanged (compiled by XLA too)",
+        file="tfbuffers/_ring.py",
+        old="return (adds >= oldest_add(ops, added, max_length)) & (adds < added)",
+        new="return (adds >= oldest_add(ops, added, max_length)) & (adds < added - 1)",
+        catches="tests/contract_test.py::test_reads_inside_a_graph_run_when_the_graph_runs[tf_eager] first (the reads"
+        "' check, `are_stored`, shares the rule: the newest frames read as overwritten); "
+        "tests/storage/storage_test.py::test_a_buffer_keeps_its_priorities_and_record_of_episode_ends_in_its_storage"
+        "[py_prioritized] too (ids 6, 7 are the newest add's: their priorities stay [1, 1], not [3, 0.5])",
     ),
     Mutation(
         id="restore-by-position",

@@ -80,6 +80,12 @@ def oldest_add(ops: Ops, added: Any, max_length: int) -> Any:
     return added - ops.minimum(added, max_length)
 
 
+def ids_stored(ops: Ops, ids: Any, added: Any, max_length: int, batch_size: int) -> Any:
+    """Whether each frame id of `ids` (each below `added * batch_size`) is still stored, not overwritten since."""
+    adds = ids // batch_size
+    return (adds >= oldest_add(ops, added, max_length)) & (adds < added)
+
+
 def windows_per_segment(ops: Ops, added: Any, max_length: int, num_steps: int) -> Any:
     """How many windows of `num_steps` consecutive frames each segment holds."""
     return _windows_in(ops, frames_per_segment(ops, added, max_length), num_steps)
@@ -109,8 +115,7 @@ def window_ids_and_rows(ops: Ops, first_ids: Any, max_length: int, batch_size: i
 
 def are_stored(ops: Ops, ids: Any, added: Any, max_length: int, batch_size: int) -> Any:
     """Whether every frame of `ids` is still stored (a scalar bool)."""
-    adds = ids // batch_size
-    return ops.all((adds >= oldest_add(ops, added, max_length)) & (adds < added))
+    return ops.all(ids_stored(ops, ids, added, max_length, batch_size))
 
 
 def block_start(added: Any, max_length: int, batch_size: int) -> Any:

@@ -211,8 +211,7 @@ def _compiled_update(
     stored = sampler.priorities
     assert stored is not None  # bound when the buffer was made
     rows = _ring.rows_of_ids(ids, buffer.max_length, buffer.batch_size)
-    adds = ids // buffer.batch_size
-    kept = (adds >= _ring.oldest_add(_ring.TENSORFLOW, added, buffer.max_length)) & (adds < added)
+    kept = _ring.ids_stored(_ring.TENSORFLOW, ids, added, buffer.max_length, buffer.batch_size)
     kept = kept & tf.logical_not(refused)
     count = tf.size(ids)
 

@@ -289,8 +289,7 @@ def stored_updates(
       `(rows, values, skipped)`: the storage rows of the frames still stored, each once with its last
       priority (an id given twice takes its last), and how many ids were skipped (overwritten since).
     """
-    adds = ids // batch_size
-    stored = (adds >= _ring.oldest_add(backend.ops, added, max_length)) & (adds < added)
+    stored = _ring.ids_stored(backend.ops, ids, added, max_length, batch_size)
     kept = backend.boolean_mask(ids, stored)
     rows, values = backend.tree.last_of_each(
         _ring.rows_of_ids(kept, max_length, batch_size), backend.boolean_mask(priorities, stored)
