@@ -226,17 +226,16 @@ def test_help_documents_every_flag(script, flags, capsys):
     assert all(flag in text for flag in flags)
 
 
+def _short_dqn(tmp_path, **options) -> train_dqn.Config:
+    """A short DQN run's configuration: 100 frames collected first, one evaluation episode, no progress bars."""
+    return train_dqn.Config(
+        initial_collect_frames=100, eval_episodes=1, output_dir=str(tmp_path), progress=False, **options
+    )
+
+
 def test_short_dqn_run_with_a_compiled_train_step(tmp_path):
     """--jit: the sample and the train step in one XLA program, trained from the frames collected."""
-    config = train_dqn.Config(
-        jit=True,
-        num_iterations=60,
-        initial_collect_frames=100,
-        eval_interval=30,
-        eval_episodes=1,
-        output_dir=str(tmp_path),
-        progress=False,
-    )
+    config = _short_dqn(tmp_path, jit=True, num_iterations=60, eval_interval=30)
     result = train_dqn.train(config)
     assert result.train_steps == 60 and result.train_seconds > 0 and np.isfinite(result.last_loss)
     assert result.frames_in_buffer == result.frames_collected >= 100 + 60
@@ -245,15 +244,7 @@ def test_short_dqn_run_with_a_compiled_train_step(tmp_path):
 
 @pytest.mark.parametrize("buffer", ["tf_uniform", "py_uniform", "tf_prioritized", "py_prioritized"])
 def test_short_dqn_run_end_to_end(buffer, tmp_path):
-    config = train_dqn.Config(
-        buffer=buffer,
-        num_iterations=200,
-        initial_collect_frames=100,
-        eval_interval=100,
-        eval_episodes=1,
-        output_dir=str(tmp_path),
-        progress=False,
-    )
+    config = _short_dqn(tmp_path, buffer=buffer, num_iterations=200, eval_interval=100)
     result = train_dqn.train(config)
     assert result.train_steps == 200
     assert result.priority_updates == (200 if "prioritized" in buffer else 0)
@@ -317,16 +308,7 @@ def test_the_her_comparison_writes_its_table_and_figure(tmp_path):
 
 
 def test_a_short_n_step_dqn_run_trains_on_n_step_transitions(tmp_path):
-    config = train_dqn.Config(
-        buffer="py_prioritized",
-        n_step=3,
-        num_iterations=60,
-        initial_collect_frames=100,
-        eval_interval=60,
-        eval_episodes=1,
-        output_dir=str(tmp_path),
-        progress=False,
-    )
+    config = _short_dqn(tmp_path, buffer="py_prioritized", n_step=3, num_iterations=60, eval_interval=60)
     result = train_dqn.train(config)
     assert (result.train_steps, result.priority_updates) == (60, 60)
     assert np.isfinite(result.last_loss)
