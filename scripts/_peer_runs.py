@@ -9,6 +9,7 @@ versions and the rates (`print_result`).
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,10 @@ def read_workload() -> dict[str, Any]:
 
 
 def print_result(versions: dict[str, str], measured: dict[str, dict[str, list[float]]]) -> int:
-    """Prints the one JSON line the benchmark reads: `versions` and `"rates"` by system; returns 0."""
-    print(json.dumps(versions | {"rates": measured}))
+    """Prints the one JSON line the benchmark reads, and returns 0.
+
+    The line: `versions`, the process's resident high-water mark in bytes and `"rates"` by system.
+    """
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps(versions | {"resident_peak_bytes": peak, "rates": measured}))
     return 0

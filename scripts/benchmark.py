@@ -271,11 +271,19 @@ def run_workload(
         "files": file_memory,
         "ops": ops,
         "open": opened,
-        # The process's resident high-water mark since it started (the kernel's, so no moment is missed), and the
-        # largest of its finished children's (the file-memory children, the peers' processes).
+        "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
+    }
+
+
+def _resident_peaks() -> dict[str, int]:
+    """The kernel's resident high-water marks, in bytes, since the process started (no moment is missed).
+
+    `resident_peak_bytes`: this process's. `children_resident_peak_bytes`: the largest of its finished children's
+    (the file-memory children, the out-of-process peers, the actors).
+    """
+    return {
         "resident_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "children_resident_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
-        "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
     }
 
 
@@ -396,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
         for peer, python, asked in apart:
             answer = peer_rates(peer, python, workload, asked, repetitions, args.quick)
-            for package, version in answer.items():  # the versions it ran on: flashbax_jax, torchrl_torch, ...
+            for package, version in answer.items():  # its versions (flashbax_jax, torchrl_torch, ...) and peak memory
                 if package != "rates":
                     results["workloads"][name][f"{peer.key}_{package}"] = version
             for system in asked:
@@ -411,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             rates["tfbuffers py"] = {"learner": local_learner_rate(workload, args.quick)}
             results["workloads"][name]["actors"] = rates
         results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
+        results["workloads"][name] |= _resident_peaks()  # after the workload's peers and actors
     results["seconds"] = time.perf_counter() - started
     table = markdown(results)
     omitted = "".join(f"Left out {name}: {reason}.\n\n" for name, reason in left_out.items())

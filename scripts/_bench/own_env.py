@@ -2,8 +2,9 @@
 
 Neither can be imported beside TensorFlow, so each has a virtual environment made from its requirements
 file and a script (`scripts/_<key>_peer.py`) that its interpreter runs: it reads the workload as one JSON
-object on stdin and prints one JSON line, the versions it ran on and `"rates"`, frames per second of each
-run by system and measure (the benchmark's measure names).
+object on stdin and prints one JSON line (`scripts/_peer_runs.py`): the versions it ran on, its resident
+high-water mark (`resident_peak_bytes`) and `"rates"`, frames per second of each run by system and measure
+(the benchmark's measure names).
 """
 
 from __future__ import annotations
