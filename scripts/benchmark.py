@@ -17,11 +17,12 @@ on a local server), and three references that store or check nothing more than t
 plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwidth limit), bare
 `tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
 tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each system is built, filled and
-measured several times after a warm-up, then freed before the next (the run holds one system at
-a time); the median and the range are reported, and ratios are tfbuffers / peer from the same
-run. Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
-direct `get_next`; for the TF systems,
-the ops one in-graph sample and add run are counted too. Then --actors processes add to one
+measured several times after a warm-up (a sampling measure for up to 2 s of calls), then freed
+before the next (the run holds one system at a time; the Reverb systems at most 100k frames);
+the median and the range are reported, and ratios are tfbuffers / peer from the same run.
+Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
+direct `get_next`; for the TF systems, the ops one in-graph sample and add run are counted
+too. Where the time went is in results.json (`phase_seconds`). Then --actors processes add to one
 shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
 samples each through `as_dataset`. Flashbax's uniform and prioritized trajectory buffers (JAX on the
 CPU) run in a process of their own environment (--flashbax-env, made by --flashbax-setup), on the
@@ -29,7 +30,7 @@ same workload, and join the tables; so do TorchRL's replay buffers (PyTorch on t
 prioritized, memory-mapped, and slices of episodes; --torchrl-env, made by --torchrl-setup).
 Outputs: a markdown table, JSON and a bar chart in --output-dir.
 
-    python scripts/benchmark.py            # full: 1M frames, 5 repetitions (see docs/benchmarks.md)
+    python scripts/benchmark.py            # full: 1M frames, 3 repetitions, ~25 minutes (docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
     python scripts/benchmark.py --sweep    # how each local buffer's costs grow with capacity and batch size
 """
@@ -44,7 +45,6 @@ import importlib.metadata
 import importlib.util
 import json
 import pathlib
-import resource
 import sys
 import tempfile
 import time
@@ -53,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
+import _peer_runs  # noqa: E402 (the standard library only)
 import _sweep  # noqa: E402 (no TensorFlow at import: the arguments are checked with its names first)
 from _bench.names import ACTOR_BACKENDS, OUT_OF_PROCESS, OWN_ENV_PEERS, SYSTEM_NAMES, WORKLOAD_NAMES  # noqa: E402
 
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated system names to run (None: every one installed), e.g. 'tfbuffers py,cpprb PER'",
     )
-    parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (None: 5, quick 2)")
+    parser.add_argument("--repetitions", type=int, default=None, help="runs of each measure (None: 3, quick 2)")
     parser.add_argument(
         "--actors",
         default=None,
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the ray extra) (None: each that imports here)",
     )
     parser.add_argument(
-        "--actor-seconds", type=float, default=None, help="seconds each actor adds for (None: 10, quick 2)"
+        "--actor-seconds", type=float, default=None, help="seconds each actor adds for (None: 5, quick 2)"
     )
     parser.add_argument(
         "--sweep",
@@ -137,7 +138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.frames is not None and (args.frames < 512 or args.frames % 8):
         parser.error(f"argument --frames: expected a multiple of 8, at least 512, got {args.frames}")
     args.repetitions_given = args.repetitions is not None
-    args.repetitions = args.repetitions or (2 if args.quick else 5)
+    args.repetitions = args.repetitions or (2 if args.quick else 3)
     actors_text = args.actors or ("1" if args.quick else "1,2,4")
     try:
         counts = [int(count) for count in actors_text.split(",")]
@@ -146,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if min(counts) < 0:
         parser.error(f"argument --actors: expected process counts separated by commas, e.g. 1,2,4, got {actors_text!r}")
     args.actors = [count for count in counts if count > 0]
-    args.actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 10.0)
+    args.actor_seconds = args.actor_seconds if args.actor_seconds is not None else (2.0 if args.quick else 5.0)
     if not 0 < args.actor_seconds < float("inf"):
         parser.error(f"argument --actor-seconds: expected a positive number, got {args.actor_seconds}")
     chosen = (args.actor_backends or ",".join(ACTOR_BACKENDS)).split(",")
@@ -219,16 +220,23 @@ def run_workload(
     classes = [cls for cls in classes if cls.applies(workload)]
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in MEASURES}
     memory: dict[str, dict[str, float | None]] = {}
-    ops, opened, file_memory, seconds = {}, {}, {}, {}
+    ops, opened, file_memory, seconds, phases, peaks, frames = {}, {}, {}, {}, {}, {}, {}
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
         for cls in classes:
             bar.set_postfix_str(f"{cls.name}: fill")
             started = time.perf_counter()
             before, anonymous_before = _rss(), _anonymous()
-            system = cls(workload)
+            own = workload  # the workload, or fewer of its frames (`System.max_frames`)
+            if cls.max_frames is not None and workload.frames > cls.max_frames:
+                own = dataclasses.replace(workload, frames=cls.max_frames)
+            frames[cls.name] = own.frames
+            system = cls(own)
             given = system.prepare(batches)
             block = block_of(workload, given)
+            spent = {"build": time.perf_counter() - started}
+            mark = time.perf_counter()
             system.fill(given, _Frames())
+            spent["fill"] = time.perf_counter() - mark
             resident = _rss() - before
             anonymous_after = _anonymous()
             anonymous = (
@@ -236,30 +244,37 @@ def run_workload(
             )
             stored = system.stored_bytes()
             memory[system.name] = {
-                "resident_bytes_per_frame": resident / workload.frames if system.adds else None,
+                "resident_bytes_per_frame": resident / own.frames if system.adds else None,
                 "anonymous_bytes_per_frame": (
-                    anonymous / workload.frames if system.adds and anonymous is not None else None
+                    anonymous / own.frames if system.adds and anonymous is not None else None
                 ),
-                "stored_bytes_per_frame": None if stored is None else stored / workload.frames,
+                "stored_bytes_per_frame": None if stored is None else stored / own.frames,
             }
             bar.update(1)
             bar.set_postfix_str(f"{cls.name}: measure")
             for repetition in range(repetitions):
-                for measure, value in _measures(system, workload, given, block, quick, repetition).items():
+                for measure, value in _measures(system, workload, given, block, quick, repetition, spent).items():
                     samples[measure].setdefault(system.name, []).append(value)
                 bar.update(1)
+            mark = time.perf_counter()
             if (counted := system.graph_ops()) is not None:
                 ops[system.name] = counted
+            spent["graph_ops"], mark = time.perf_counter() - mark, time.perf_counter()
             if times := system.open_times(given):
                 opened[system.name] = times
+            spent["open_times"], mark = time.perf_counter() - mark, time.perf_counter()
             with tempfile.TemporaryDirectory() as directory:
                 measured = None if system.variant else system.file_memory(pathlib.Path(directory))
             if measured is not None:
                 file_memory[system.name] = measured
-            seconds[system.name] = time.perf_counter() - started
+            spent["file_memory"], mark = time.perf_counter() - mark, time.perf_counter()
             system.close()
             del system, given, block
             gc.collect()
+            spent["close"] = time.perf_counter() - mark
+            seconds[cls.name] = time.perf_counter() - started
+            phases[cls.name] = spent
+            peaks[cls.name] = _resident_peaks()
     summary = {
         measure: {name: summarize(values) for name, values in by_system.items() if values}
         for measure, by_system in samples.items()
@@ -272,19 +287,19 @@ def run_workload(
         "ops": ops,
         "open": opened,
         "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
+        "frames": frames,  # each system's frames: the workload's, or its `max_frames`
+        "phase_seconds": phases,  # and how its seconds split: build, fill, each measure's repetitions, the rest
+        "peaks_after": peaks,  # the resident high-water marks after each system (which one raised them)
     }
 
 
 def _resident_peaks() -> dict[str, int]:
-    """The kernel's resident high-water marks, in bytes, since the process started (no moment is missed).
+    """The kernel's resident high-water mark of this process since it started, in bytes (no moment is missed).
 
-    `resident_peak_bytes`: this process's. `children_resident_peak_bytes`: the largest of its finished children's
-    (the file-memory children, the out-of-process peers, the actors).
+    The out-of-process peers report their own (`<key>_resident_peak_bytes`); the children's mark `getrusage`
+    keeps is not read: it holds this process's resident memory at each fork (`_peer_runs.high_water_bytes`).
     """
-    return {
-        "resident_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "children_resident_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
-    }
+    return {"resident_peak_bytes": _peer_runs.high_water_bytes()}
 
 
 class _Frames:
@@ -295,38 +310,53 @@ class _Frames:
 
 
 def _measures(
-    system: System, workload: Workload, given: list[Any], block: Any, quick: bool, repetition: int
+    system: System,
+    workload: Workload,
+    given: list[Any],
+    block: Any,
+    quick: bool,
+    repetition: int,
+    spent: dict[str, float],
 ) -> dict[str, float]:
     """Repetition `repetition` of every measure `system` supports, as rates (frames/s, or MB/s for files).
 
-    The files' measures of a system that `saves_once` (Reverb's checkpoints) in the first repetition only.
+    The files' measures of a system that `saves_once` (Reverb's checkpoints) in the first repetition only. Each
+    measure's seconds, its warm-up included, are added to `spent` (where a run's time goes).
     """
     num_adds = 200 if quick else 2_000
     sample_batches = 20 if quick else 500
     pass_elements = 100 if quick else 2_000
     frames_per_sample = workload.sample_batch_size * workload.num_steps
+
+    def run(measure: str, fn: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            spent[measure] = spent.get(measure, 0.0) + time.perf_counter() - start
+
     rates: dict[str, float] = {}
     if system.adds:
-        seconds = _time(functools.partial(_add_steps, system, given, num_adds))
+        seconds = run("add_eager", _time, functools.partial(_add_steps, system, given, num_adds))
         rates["add_eager"] = num_adds * workload.num_envs / seconds
-    if (blocked := system.add_block(block)) is not None:
+    if (blocked := run("add_block", system.add_block, block)) is not None:
         rates["add_block"] = block_size(block) / blocked
-    if (graph := system.add_graph(num_adds * 5)) is not None:
+    if (graph := run("add_graph", system.add_graph, num_adds * 5)) is not None:
         rates["add_graph"] = num_adds * 5 * workload.num_envs / graph
-    if (dataset := system.sample_dataset(sample_batches)) is not None:
+    if (dataset := run("sample_dataset", system.sample_dataset, sample_batches)) is not None:
         rates["sample_dataset"] = sample_batches * frames_per_sample / dataset
-    if (consumed := system.sample_dataset_graph(sample_batches)) is not None:
+    if (consumed := run("sample_dataset_graph", system.sample_dataset_graph, sample_batches)) is not None:
         rates["sample_dataset_graph"] = sample_batches * frames_per_sample / consumed
-    if (direct := system.get_next(sample_batches)) is not None:
+    if (direct := run("get_next", system.get_next, sample_batches)) is not None:
         rates["get_next"] = sample_batches * frames_per_sample / direct
-    if (updated := system.sample_update(sample_batches)) is not None:
+    if (updated := run("sample_update", system.sample_update, sample_batches)) is not None:
         rates["sample_update"] = sample_batches * frames_per_sample / updated
-    deterministic = None if system.variant else system.deterministic_pass(pass_elements)
+    deterministic = None if system.variant else run("deterministic_pass", system.deterministic_pass, pass_elements)
     if deterministic is not None:
         rates["deterministic_pass"] = deterministic[1] / deterministic[0]
     with tempfile.TemporaryDirectory() as directory:
         skipped = system.variant or (system.saves_once and repetition > 0)
-        saved = None if skipped else system.save_load(pathlib.Path(directory))
+        saved = None if skipped else run("save_load", system.save_load, pathlib.Path(directory))
     if saved is not None:
         save, load, size = saved
         rates["save"] = size / save / 1e6
@@ -403,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             workload = dataclasses.replace(workload, frames=args.frames or QUICK_FRAMES[name])
         results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
         for peer, python, asked in apart:
+            mark = time.perf_counter()
             answer = peer_rates(peer, python, workload, asked, repetitions, args.quick)
+            results["workloads"][name]["seconds"][peer.name] = time.perf_counter() - mark
+            results["workloads"][name]["peaks_after"][peer.name] = _resident_peaks()
             for package, version in answer.items():  # its versions (flashbax_jax, torchrl_torch, ...) and peak memory
                 if package != "rates":
                     results["workloads"][name][f"{peer.key}_{package}"] = version
@@ -412,10 +445,13 @@ def main(argv: list[str] | None = None) -> int:
                     results["workloads"][name]["measures"][measure][system] = summarize(values)
         backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
         if actor_counts and backends:
-            rates = {
-                backend: actor_rates(backend, workload, actor_counts, actor_seconds, args.quick, not args.no_progress)
-                for backend in backends
-            }
+            rates = {}
+            for backend in backends:
+                mark = time.perf_counter()
+                progress = not args.no_progress
+                rates[backend] = actor_rates(backend, workload, actor_counts, actor_seconds, args.quick, progress)
+                results["workloads"][name]["seconds"][f"{backend} actors"] = time.perf_counter() - mark
+                results["workloads"][name]["peaks_after"][f"{backend} actors"] = _resident_peaks()
             rates["tfbuffers py"] = {"learner": local_learner_rate(workload, args.quick)}
             results["workloads"][name]["actors"] = rates
         results["workloads"][name]["ratios"] = ratios(results["workloads"][name])

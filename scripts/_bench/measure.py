@@ -29,6 +29,7 @@ class System:
     adds = True  # whether it stores anything (the tf.data ceiling does not)
     variant = False  # an option's cost against the same buffer without it: the deterministic pass and files not run
     saves_once = False  # its save measured in the first repetition only (a Reverb checkpoint: ~80 s of 1M items)
+    max_frames: int | None = None  # the most frames it is filled with, where a workload has more (None: all)
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
@@ -124,9 +125,15 @@ BLOCK_FRAMES = 1024  # frames of one block add, all environments together
 BLOCK_CALLS = 10  # block adds timed together by the systems that take a block in one call
 
 
-def block_of(workload: Workload, batches: list[Any]) -> Any:
-    """A block of `BLOCK_FRAMES` frames from `batches` (the system's own), `[num_envs, T, ...]`, made before timing."""
-    frames = max(1, BLOCK_FRAMES // workload.num_envs)
+BLOCK_BYTES = 8 << 20  # about the bytes of one block of a fill by blocks (`ours.OurSystem.fill`)
+
+
+def block_of(workload: Workload, batches: list[Any], frames: int | None = None) -> Any:
+    """A block of `frames` adds (None: `BLOCK_FRAMES` frames in all) of `batches` (the system's own), in their order.
+
+    `[num_envs, frames, ...]` leaves: add `t` is `batches[t % len(batches)]`. Made before timing.
+    """
+    frames = frames or max(1, BLOCK_FRAMES // workload.num_envs)
     return tf.nest.map_structure(
         lambda *leaves: np.stack(leaves, axis=1), *[batches[t % len(batches)] for t in range(frames)]
     )
@@ -152,23 +159,35 @@ def _time(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+MEASURE_SECONDS = 2.0  # a sampling measure's calls stop once they took this long (and made `MIN_CALLS`)
+MIN_CALLS = 50
+
+
 def _calls(fn: Callable[[], Any], count: int) -> float:
     """Seconds for `count` calls of `fn`, each result dropped before the next call, as a training loop does.
 
     Keeping every result (a list of them) would time the allocator handing out fresh pages for each: on
-    atari 1.8 MB a batch, which made `get_next` measure 3x slower than the same calls dropped.
+    atari 1.8 MB a batch, which made `get_next` measure 3x slower than the same calls dropped. As
+    `_numbered_calls`: from the calls made in `MEASURE_SECONDS`.
     """
-
-    def run() -> None:
-        for _ in range(count):
-            fn()
-
-    return _time(run)
+    return _numbered_calls(lambda i: fn(), count)
 
 
-def _repeat(step: Callable[[int], None], count: int) -> None:
-    for i in range(count):
-        step(i)
+def _numbered_calls(step: Callable[[int], Any], count: int) -> float:
+    """Seconds `step(0), ..., step(count - 1)` take, from those that run in `MEASURE_SECONDS` (`MIN_CALLS` at least).
+
+    A slow system's calls stop there and their time is scaled to `count` calls (the rate is the calls made): on
+    control, 500 of TF-Agents' py `get_next` took 19 s, and the run ten minutes of its 44 on such measures
+    (2026-12-02). A fast system makes all `count`.
+    """
+    start = time.perf_counter()
+    done = 0
+    while done < count:
+        step(done)
+        done += 1
+        if done >= MIN_CALLS and time.perf_counter() - start > MEASURE_SECONDS:
+            break
+    return (time.perf_counter() - start) * count / max(done, 1)
 
 
 def _add_steps(system: System, batches: list[Any], num_adds: int) -> None:
@@ -402,7 +421,7 @@ def _sample_update(buffer: Any, workload: Workload, num_batches: int) -> float:
         buffer.update_priorities(info.ids[:, 0], priorities[i % len(priorities)])
 
     step(0)
-    return _time(lambda: _repeat(step, num_batches))
+    return _numbered_calls(step, num_batches)
 
 
 def _reverb_checkpoint(client: Any) -> tuple[float, None, int]:

@@ -52,6 +52,11 @@ def markdown(results: dict[str, Any]) -> str:
     for workload_name, result in results["workloads"].items():
         payload = result["workload"]["payload_bytes"]
         lines += [f"### {workload_name} ({result['workload']['frames']:,} frames, {payload} payload bytes/frame)", ""]
+        total = result["workload"]["frames"]
+        fewer = {name: count for name, count in result.get("frames", {}).items() if count < total}
+        for count in sorted(set(fewer.values())):
+            held = ", ".join(name for name, n in fewer.items() if n == count)
+            lines += [f"{held}: filled with {count:,} frames (their writers' pace; benchmark's `max_frames`).", ""]
         lines += ["| measure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for measure, label in MEASURES.items():
             cells = []

@@ -12,6 +12,9 @@ from tf_agents.trajectories import trajectory
 FIRST, MID, LAST = 0, 1, 2  # TF-Agents' StepType values
 EPISODE = 32  # frames per episode of the episode-aware systems (divides the 64 batches the benchmark cycles)
 STACK_EPISODE = 1_000  # adds between resets of the frame-stack system's stacks
+# The Reverb systems' tables hold at most this many frames: their writers send 3,000-6,000 items a second here, so
+# filling control's 1M took 190-210 s of each (2026-12-02), and a uniform table's sample does not grow with its size.
+REVERB_FRAMES = 100_000
 PRIORITY_BETA = 0.4  # cpprb's importance weights are made with every sample; beta is theirs to take
 
 

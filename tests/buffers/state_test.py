@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import conftest
 import numpy as np
@@ -168,3 +169,51 @@ def test_specs_wrapped_by_tf_module_are_accepted(kind):
     np.testing.assert_array_equal(np.asarray(sample.observation["x"]), np.ones([3, 2]))
     elements = next(iter(buffer.as_dataset(sample_batch_size=2)))[0]
     assert type(elements) is Pair and isinstance(elements.policy_info["logits"], tuple)
+
+
+def test_large_aligned_arrays_reach_a_restore_without_a_copy_and_others_are_converted():
+    from tfbuffers.execution._states import SHARED_BYTES, shared_tensor
+    from tfbuffers.files import aligned_zeros
+
+    large = aligned_zeros((SHARED_BYTES // 4,), np.float32)
+    assert large.ctypes.data % 64 == 0 and large.nbytes == SHARED_BYTES
+    large[:3] = [1.0, 2.0, 3.0]
+    shared = shared_tensor(large)
+    large[0] = 7.0  # the tensor reads the array's memory
+    assert shared.dtype == tf.float32 and shared[:3].numpy().tolist() == [7.0, 2.0, 3.0]
+    unaligned = np.frombuffer(aligned_zeros((SHARED_BYTES + 4,), np.uint8), np.float32, offset=4)
+    for value in (np.arange(6, dtype=np.float32), unaligned, large[::2]):
+        first = value.flat[0]
+        converted = shared_tensor(value)  # small, not 64-byte aligned, strided
+        value.flat[0] = 9
+        assert tuple(converted.shape) == value.shape and converted.numpy().flat[0] == first
+    flags = aligned_zeros((SHARED_BYTES,), bool)
+    flags[1::3] = True
+    as_tensor = shared_tensor(flags)  # shared on numpy 2, converted on 1.26 (which cannot export bool)
+    assert as_tensor.dtype == tf.bool and np.array_equal(as_tensor.numpy(), flags)
+
+
+@pytest.mark.parametrize("kind", ["tf", "tf_prioritized", "tf_dict"])
+def test_a_restore_from_arrays_its_graph_reads_in_place_copies_them(kind):
+    """A TF buffer restored from large aligned arrays holds their values; later changes to them do not reach it."""
+    from tfbuffers.files import aligned_zeros
+
+    spec = {"pixels": tf.TensorSpec([4096], tf.uint8), "reward": tf.TensorSpec([], tf.float32)}
+    source, target = make(kind, spec, batch_size=2, max_length=256), make(kind, spec, batch_size=2, max_length=256)
+    for t in range(300):  # wrapped
+        source.add_batch({"pixels": np.full([2, 4096], t % 251, np.uint8), "reward": np.array([t, -t], np.float32)})
+    saved = source.state()
+    arrays = {}
+    for name, array in saved.arrays.items():
+        arrays[name] = aligned_zeros(array.shape, array.dtype)
+        arrays[name][...] = array
+    assert arrays["pixels"].nbytes == 2 * 1024 * 1024  # large enough to be shared
+    target.restore_state(dataclasses.replace(saved, arrays=arrays))
+    expected = contents(source)
+    arrays["pixels"][...] = 255
+    arrays["reward"][...] = -1.0
+    after = contents(target)
+    np.testing.assert_array_equal(after["pixels"], expected["pixels"])
+    np.testing.assert_array_equal(after["reward"], expected["reward"])
+    target.add_batch({"pixels": np.zeros([2, 4096], np.uint8), "reward": np.zeros([2], np.float32)})  # it goes on
+    assert int(target.num_frames()) == 2 * 256

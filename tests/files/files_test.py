@@ -494,3 +494,56 @@ def test_fields_safetensors_cannot_store_are_refused_before_writing(tmp_path):
         buffer.save(tmp_path / "b.safetensors")
     assert str(raised.value) == "z: expected a dtype that safetensors stores (bool, ints, floats), got complex64"
     assert list(tmp_path.iterdir()) == []
+
+
+LOAD_PEAK = """
+import json, sys
+import numpy as np, tensorflow as tf, tfbuffers
+from tfbuffers import files
+
+kind, path, make = sys.argv[1], sys.argv[2], sys.argv[3] == "make"
+spec = {"pixels": tf.TensorSpec([4096], tf.uint8), "reward": tf.TensorSpec([], tf.float32)}
+buffer = getattr(tfbuffers, kind)(spec, batch_size=4, max_length=8192)  # 128 MiB of pixels
+if make:
+    pixels = np.arange(4 * 8192 * 4096, dtype=np.int64).astype(np.uint8).reshape(4, 8192, 4096)
+    buffer.extend({"pixels": pixels, "reward": np.arange(4 * 8192, dtype=np.float32).reshape(4, 8192)})
+    buffer.save(path, progress=False)
+    sys.exit()
+
+
+def status(key):
+    line = next(line for line in open("/proc/self/status") if line.startswith(key + ":"))
+    return int(line.split()[1]) * 1024
+
+
+files.load(path, buffer, progress=False)  # every page of the storage touched (a py buffer's zeros were not)
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # the high-water mark (VmHWM) reset to the resident memory now
+before = status("VmRSS")
+files.load(path, buffer, progress=False)
+peak = status("VmHWM") - before
+_, info = buffer.get_next(8)
+print(json.dumps({"peak": peak, "frames": int(buffer.num_frames()), "stored": buffer.nbytes}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["TFUniformReplayBuffer", "TFPrioritizedReplayBuffer", "PyUniformReplayBuffer"])
+def test_a_load_into_a_buffer_takes_one_copy_of_its_frames_beside_it(tmp_path, kind):
+    """`files.load` reads and verifies the whole file first: one copy of the frames, no more (a second load's peak).
+
+    A TF buffer's restore took two more (the copy converted to tensors, then a variable's worth for each assign):
+    4.2x its storage on atari's 1.1 GB (2026-12-03); now it reads the verified copy where it lies.
+    """
+    path = tmp_path / "buffer.safetensors"
+
+    def run(how):
+        done = subprocess.run([sys.executable, "-c", LOAD_PEAK, kind, str(path), how], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    run("make")
+    measured = json.loads(run("load").strip().splitlines()[-1])
+    assert measured["frames"] == 4 * 8192
+    pixels = 4 * 8192 * 4096
+    assert measured["stored"] >= pixels
+    assert 0.9 * pixels < measured["peak"] < 1.5 * pixels, measured["peak"] / pixels  # the copy, and no more

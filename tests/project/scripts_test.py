@@ -490,10 +490,11 @@ def test_the_benchmark_measures_torchrl_in_its_own_env(tmp_path):
     assert "tfbuffers py prioritized / TorchRL prioritized" in result["ratios"]["sample_update"]
     table = (tmp_path / "results.md").read_text()
     assert "| sample, direct get_next (frames/s) | tfbuffers py episodes / TorchRL slices |" in table
-    # The kernel's high-water marks, in bytes: this process's, and its largest child's, at least the TorchRL process's
-    # own (which it reports; importing torch alone holds over 100 MiB resident).
+    # The kernel's high-water marks (VmHWM), in bytes: this process's, and the TorchRL process's own, which it reports
+    # (importing torch alone holds over 100 MiB resident). Not its parent's mark at the fork (what getrusage gave).
     assert result["resident_peak_bytes"] >= 2048 * result["workload"]["payload_bytes"]
-    assert result["children_resident_peak_bytes"] >= result["torchrl_resident_peak_bytes"] > 100 * 2**20
+    assert result["torchrl_resident_peak_bytes"] > 100 * 2**20 and "children_resident_peak_bytes" not in result
+    assert result["torchrl_resident_peak_bytes"] != result["resident_peak_bytes"]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -532,13 +533,17 @@ def test_the_sweep_fits_the_growth_it_reports():
     assert row["expected"] == "O(log n)" and row["first"] == (10_000, np.log2(10_000) * 1e-6)
 
 
-def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
+def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys, monkeypatch):
     """A smoke run of every system and measure on the control workload: it completes and writes what it should.
 
     Timings are never asserted. The atari workload runs the same code on other shapes, and frame stacks, which
     only it has: `test_the_atari_workload_stores_frame_stacks_and_compares_them` runs those systems on it.
     """
     missing = tmp_path / "no-env"  # the peers' own runs: test_the_benchmark_measures_{flashbax,torchrl}_in_its_own_env
+    capped = [cls for cls in benchmark.SYSTEMS if cls.max_frames is not None]
+    assert {cls.name for cls in capped} == {"tfbuffers Reverb", "TF-Agents Reverb"}
+    for cls in capped:  # filled with half the run's frames (the full run's 250k of control's 1M)
+        monkeypatch.setattr(cls, "max_frames", 2048)
     argv = ["--quick", "--repetitions", "1", "--workloads", "control", "--output-dir", str(tmp_path), "--no-progress"]
     argv += ["--frames", "4096"]  # a quarter of --quick's: every system filled, in a quarter of the time
     assert benchmark.main([*argv, "--flashbax-env", str(missing), "--torchrl-env", str(missing)]) == 0
@@ -636,8 +641,15 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys):
             assert list(adds) == ["1"] and len(adds["1"]["per_actor"]) == 1 and adds["1"]["frames_per_second"] > 0
             assert result["actors"][backend]["learner"] > 0
         assert result["actors"]["tfbuffers py"]["learner"] > 0
+        reverbs = {"tfbuffers Reverb", "TF-Agents Reverb"} & systems
+        assert result["frames"] == {name: 2048 if name in reverbs else 4096 for name in present}
+        assert set(result["seconds"]) == present | {f"{backend} actors" for backend in actor_backends}
+        assert set(result["phase_seconds"]) == present
+        assert set(result["peaks_after"]) == set(result["seconds"])
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "results.md").read_text()
+    reverb_note = "tfbuffers Reverb, TF-Agents Reverb: filled with 2,048 frames (their writers' pace"
+    assert (reverb_note in table) == ("tfbuffers Reverb" in systems)
     header = "| actors | " + " | ".join(actor_backends) + (" | Ray / Reverb |" if len(actor_backends) == 2 else " |")
     assert "Actor processes adding to one buffer at once" in table and header in table
     assert "| sample, as_dataset + prefetch (frames/s) |" in table and "numpy limit" in table
@@ -664,6 +676,12 @@ def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
     largest = max(memory["stored_bytes_per_frame"] or 0.0 for memory in result["memory"].values())
     assert result["resident_peak_bytes"] >= largest * result["workload"]["frames"] > 0
     assert set(result["seconds"]) == set(systems.split(",")) and all(t > 0 for t in result["seconds"].values())
+    # Where each system's seconds went: its phases, in turn within them.
+    assert set(result["phase_seconds"]) == set(systems.split(",")) == set(result["peaks_after"])
+    for name, phases in result["phase_seconds"].items():
+        assert {"build", "fill", "add_eager", "get_next", "graph_ops", "file_memory", "close"} <= set(phases), name
+        assert 0.5 * result["seconds"][name] < sum(phases.values()) <= result["seconds"][name], name
+    assert "save_load" not in result["phase_seconds"]["tfbuffers py frame stacks"]  # a variant saves nothing
     assert "tfbuffers py frame stacks / tfbuffers py" in result["ratios"]["get_next"]
     assert "tfbuffers py frame stacks memmap / tfbuffers py frame stacks" in result["ratios"]["get_next"]
     assert "actors" not in result  # --actors 0
@@ -1096,6 +1114,51 @@ def test_the_tf_buffers_in_graph_calls_run_the_ops_the_guide_counts(system, samp
         buffer.buffer.update_priorities(np.arange(15_992, 16_000), np.zeros(8))  # the newest add's frames
     counts = buffer.graph_ops()
     assert (counts["sample"], counts["add"]) == (sample, add)
+
+
+@pytest.mark.parametrize("steps", [100, 125, 150])  # 800 of its 1,000 frames; exactly full; 200 overwritten
+def test_tf_agents_py_buffer_filled_in_place_holds_what_its_adds_leave(steps):
+    from _bench import peers
+
+    workload = dataclasses.replace(benchmark.WORKLOADS["control"], frames=1_000)
+    batches = benchmark.numpy_batches(workload, 64)
+    added, filled = peers.TFAgentsPy(workload), peers.TFAgentsPy(workload)
+    for t in range(steps):
+        added.add(batches[t % len(batches)])
+    peers.fill_storage(filled.buffer, batches, steps)
+    for index in range(len(tf.nest.flatten(workload.spec))):
+        np.testing.assert_array_equal(filled.buffer._storage._array(index), added.buffer._storage._array(index))
+    for counter in ("size", "cur_id", "item_count"):
+        kept = getattr(filled.buffer._np_state, counter)
+        assert kept == getattr(added.buffer._np_state, counter) and kept.dtype == np.int64, counter
+    assert (int(filled.buffer._np_state.size), int(filled.buffer._np_state.cur_id)) == (
+        min(8 * steps, 1_000),
+        8 * steps % 1_000,
+    )
+
+
+@pytest.mark.parametrize("system", ["tfbuffers TF prioritized episodes", "tfbuffers py prioritized memmap"])
+def test_the_benchmark_fills_by_blocks_what_its_adds_one_by_one_store(monkeypatch, system):
+    from _bench import ours
+
+    workload = dataclasses.replace(benchmark.WORKLOADS["control"], frames=8 * 500)
+    # Blocks of 192 frames per environment (3 turns of the 64 batches): two of them, then one of the last 116.
+    monkeypatch.setattr(ours, "BLOCK_BYTES", 3 * 64 * 8 * workload.payload_bytes)
+    cls = {cls.name: cls for cls in benchmark.SYSTEMS}[system]
+    blocks, adds = cls(workload), cls(workload)
+    given = blocks.prepare(benchmark.numpy_batches(workload, 64))
+    bar = types.SimpleNamespace(frames=0)
+    bar.update = lambda frames: setattr(bar, "frames", bar.frames + frames)
+    blocks.fill(given, bar)
+    benchmark.System.fill(adds, given, bar)
+    assert bar.frames == 2 * workload.frames
+    kept, expected = blocks.buffer.state(), adds.buffer.state()
+    assert kept.counters == expected.counters and kept.counters["added"] == workload.max_length
+    assert set(kept.arrays) == set(expected.arrays) and set(kept.extras) == set(expected.extras)
+    for name, array in {**expected.arrays, **expected.extras}.items():
+        np.testing.assert_array_equal({**kept.arrays, **kept.extras}[name], array, err_msg=name)
+    blocks.close()
+    adds.close()
 
 
 def test_the_benchmark_refuses_unknown_systems(capsys):
