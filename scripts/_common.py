@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import pathlib
 import threading
@@ -53,6 +55,12 @@ def load_starter_buffer(
     buffer = make_buffer(metadata["buffer"], spec, metadata["batch_size"], max_length or metadata["max_length"], seed)
     files.load(directory / FILE, buffer)
     return buffer, metadata
+
+
+def release_free_memory() -> None:
+    """Hands freed heap pages back to the system (glibc's `malloc_trim`)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def peak_rss(fn: Callable[[], Any]) -> tuple[Any, int]:

@@ -175,6 +175,7 @@ import _quiet  # noqa: E402, F401 (first: TensorFlow imported with its known sta
 # isort: split
 
 # isort: split
+import _common  # noqa: E402
 from _bench.actors import actor_rates, local_learner_rate  # noqa: E402
 from _bench.measure import (  # noqa: E402
     System,
@@ -215,82 +216,139 @@ def run_workload(
     One system is held at a time: the run's memory is the largest system's, not the sum of them all (on the atari
     workload each holds about 1.1 GB; holding every system at once grew a full run past 24 GiB on 2026-11-25). The
     repetitions of one system therefore run back to back; the ranges beside the medians say how much they moved.
+    tfbuffers' systems and the limits run in this process, each freed (and the heap trimmed) before the next; the
+    peers (`System.own_process`) run after them, in turn, in one new process of their own (`_in_a_process`): their
+    memory is not this process's, and theirs is not left to tfbuffers' (TF-Agents' py checkpoint of the atari
+    workload alone raised this process's high-water mark from 6.1 to 10.7 GB, 2026-12-02).
     """
-    batches = numpy_batches(workload, 64)
     classes = [cls for cls in classes if cls.applies(workload)]
-    samples: dict[str, dict[str, list[float]]] = {name: {} for name in MEASURES}
-    memory: dict[str, dict[str, float | None]] = {}
-    ops, opened, file_memory, seconds, phases, peaks, frames = {}, {}, {}, {}, {}, {}, {}
+    frames = {cls.name: min(workload.frames, cls.max_frames or workload.frames) for cls in classes}
+    here = [cls for cls in classes if not cls.own_process]
+    apart = [cls for cls in classes if cls.own_process]
+    measured: dict[str, dict[str, Any]] = {}
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
-        for cls in classes:
-            bar.set_postfix_str(f"{cls.name}: fill")
-            started = time.perf_counter()
-            before, anonymous_before = _rss(), _anonymous()
-            own = workload  # the workload, or fewer of its frames (`System.max_frames`)
-            if cls.max_frames is not None and workload.frames > cls.max_frames:
-                own = dataclasses.replace(workload, frames=cls.max_frames)
-            frames[cls.name] = own.frames
-            system = cls(own)
-            given = system.prepare(batches)
-            block = block_of(workload, given)
-            spent = {"build": time.perf_counter() - started}
-            mark = time.perf_counter()
-            system.fill(given, _Frames())
-            spent["fill"] = time.perf_counter() - mark
-            resident = _rss() - before
-            anonymous_after = _anonymous()
-            anonymous = (
-                None if anonymous_before is None or anonymous_after is None else anonymous_after - anonymous_before
-            )
-            stored = system.stored_bytes()
-            memory[system.name] = {
-                "resident_bytes_per_frame": resident / own.frames if system.adds else None,
-                "anonymous_bytes_per_frame": (
-                    anonymous / own.frames if system.adds and anonymous is not None else None
-                ),
-                "stored_bytes_per_frame": None if stored is None else stored / own.frames,
-            }
-            bar.update(1)
-            bar.set_postfix_str(f"{cls.name}: measure")
-            for repetition in range(repetitions):
-                for measure, value in _measures(system, workload, given, block, quick, repetition, spent).items():
-                    samples[measure].setdefault(system.name, []).append(value)
-                bar.update(1)
-            mark = time.perf_counter()
-            if (counted := system.graph_ops()) is not None:
-                ops[system.name] = counted
-            spent["graph_ops"], mark = time.perf_counter() - mark, time.perf_counter()
-            if times := system.open_times(given):
-                opened[system.name] = times
-            spent["open_times"], mark = time.perf_counter() - mark, time.perf_counter()
-            with tempfile.TemporaryDirectory() as directory:
-                measured = None if system.variant else system.file_memory(pathlib.Path(directory))
-            if measured is not None:
-                file_memory[system.name] = measured
-            spent["file_memory"], mark = time.perf_counter() - mark, time.perf_counter()
-            system.close()
-            del system, given, block
-            gc.collect()
-            spent["close"] = time.perf_counter() - mark
-            seconds[cls.name] = time.perf_counter() - started
-            phases[cls.name] = spent
-            peaks[cls.name] = _resident_peaks()
+        batches = numpy_batches(workload, 64)
+        for cls in here:
+            measured[cls.name] = run_system(cls, workload, frames[cls.name], batches, repetitions, quick, bar)
+            measured[cls.name]["peaks"] = _resident_peaks()
+        del batches
+        if apart:
+            bar.set_postfix_str(f"{', '.join(cls.name for cls in apart)}: in a process of their own")
+            names = [cls.name for cls in apart]
+            measured |= _in_a_process(names, workload, frames, repetitions, quick)
+            for name in names:
+                measured[name]["peaks"] |= _resident_peaks()
+            bar.update(len(apart) * (1 + repetitions))
+    order = [name for name in SYSTEM_NAMES if name in measured]
+    samples: dict[str, dict[str, list[float]]] = {measure: {} for measure in MEASURES}
+    for name in order:
+        for measure, values in measured[name]["samples"].items():
+            samples[measure][name] = values
     summary = {
         measure: {name: summarize(values) for name, values in by_system.items() if values}
         for measure, by_system in samples.items()
     }
+
+    def by_system(key: str) -> dict[str, Any]:
+        return {name: measured[name][key] for name in order if measured[name][key] is not None}
+
     return {
         "workload": dataclasses.asdict(workload) | {"payload_bytes": workload.payload_bytes},
         "measures": summary,
-        "memory": memory,
-        "files": file_memory,
-        "ops": ops,
-        "open": opened,
-        "seconds": seconds,  # each system's, from its build to its last measure: where a run's time goes
-        "frames": frames,  # each system's frames: the workload's, or its `max_frames`
-        "phase_seconds": phases,  # and how its seconds split: build, fill, each measure's repetitions, the rest
-        "peaks_after": peaks,  # the resident high-water marks after each system (which one raised them)
+        "memory": by_system("memory"),
+        "files": by_system("files"),
+        "ops": by_system("ops"),
+        "open": by_system("open"),
+        "seconds": by_system("seconds"),  # each system's, from its build to its last measure: where a run's time goes
+        "frames": {name: frames[name] for name in order},  # each system's frames: the workload's, or its `max_frames`
+        "phase_seconds": by_system("phases"),  # and how its seconds split: build, fill, each measure's repetitions
+        # The resident high-water marks after each system: this process's (which system raised it), and a peer's
+        # own process's (`own_process_peak_bytes`).
+        "peaks_after": by_system("peaks"),
     }
+
+
+def run_system(
+    cls: type[System], workload: Workload, frames: int, batches: list[Any], repetitions: int, quick: bool, bar: Any
+) -> dict[str, Any]:
+    """One system of `workload`, filled with `frames` of its frames and measured `repetitions` times, then freed.
+
+    What `run_workload` gathers of it: "samples" (each measure's rates), "memory", "files", "ops", "open" (None where
+    it has none), "seconds" and "phases" (where they went).
+    """
+    bar.set_postfix_str(f"{cls.name}: fill")
+    started = time.perf_counter()
+    before, anonymous_before = _rss(), _anonymous()
+    own = workload if frames == workload.frames else dataclasses.replace(workload, frames=frames)
+    system = cls(own)
+    given = system.prepare(batches)
+    block = block_of(workload, given)
+    spent = {"build": time.perf_counter() - started}
+    mark = time.perf_counter()
+    system.fill(given, _Frames())
+    spent["fill"] = time.perf_counter() - mark
+    resident = _rss() - before
+    anonymous_after = _anonymous()
+    anonymous = None if anonymous_before is None or anonymous_after is None else anonymous_after - anonymous_before
+    stored = system.stored_bytes()
+    out: dict[str, Any] = {
+        "memory": {
+            "resident_bytes_per_frame": resident / frames if system.adds else None,
+            "anonymous_bytes_per_frame": anonymous / frames if system.adds and anonymous is not None else None,
+            "stored_bytes_per_frame": None if stored is None else stored / frames,
+        },
+        "samples": {},
+    }
+    bar.update(1)
+    bar.set_postfix_str(f"{cls.name}: measure")
+    for repetition in range(repetitions):
+        for measure, value in _measures(system, workload, given, block, quick, repetition, spent).items():
+            out["samples"].setdefault(measure, []).append(value)
+        bar.update(1)
+    mark = time.perf_counter()
+    out["ops"] = system.graph_ops()
+    spent["graph_ops"], mark = time.perf_counter() - mark, time.perf_counter()
+    out["open"] = system.open_times(given) or None
+    spent["open_times"], mark = time.perf_counter() - mark, time.perf_counter()
+    with tempfile.TemporaryDirectory() as directory:
+        out["files"] = None if system.variant else system.file_memory(pathlib.Path(directory))
+    spent["file_memory"], mark = time.perf_counter() - mark, time.perf_counter()
+    system.close()
+    del system, given, block
+    gc.collect()
+    _common.release_free_memory()  # what the system freed goes back to the system: the next one starts from less
+    spent["close"] = time.perf_counter() - mark
+    out["seconds"] = time.perf_counter() - started
+    out["phases"] = spent
+    return out
+
+
+def _in_a_process(
+    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
+) -> dict[str, dict[str, Any]]:
+    """`run_system` of each of `names` in turn, in one new process (spawned: this one's TensorFlow is not forked).
+
+    Each system's entry gains "peaks": that process's resident high-water mark after it (`own_process_peak_bytes`).
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(_run_here, names, workload, frames, repetitions, quick).result()
+
+
+def _run_here(
+    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
+) -> dict[str, dict[str, Any]]:
+    """What `_in_a_process` runs in its process."""
+    by_name = {cls.name: cls for cls in SYSTEMS}
+    batches = numpy_batches(workload, 64)
+    measured = {}
+    for name in names:
+        measured[name] = run_system(by_name[name], workload, frames[name], batches, repetitions, quick, _Frames())
+        measured[name]["peaks"] = {"own_process_peak_bytes": _peer_runs.high_water_bytes()}
+    return measured
 
 
 def _resident_peaks() -> dict[str, int]:
@@ -303,10 +361,13 @@ def _resident_peaks() -> dict[str, int]:
 
 
 class _Frames:
-    """A progress bar that counts nothing: a system's fill reports frames, the run's bar counts systems."""
+    """A progress bar that shows nothing: a fill reports frames, the run's bar counts systems, peers' runs none."""
 
     def update(self, count: int) -> None:
         del count
+
+    def set_postfix_str(self, text: str) -> None:
+        del text
 
 
 def _measures(

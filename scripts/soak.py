@@ -67,6 +67,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from _common import release_free_memory  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import tfbuffers  # noqa: E402
@@ -94,12 +95,6 @@ def one_malloc_arena() -> None:
     """
     with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS then includes free heap memory
         ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 1)
-
-
-def release_free_memory() -> None:
-    """Hands freed heap pages back to the system (glibc's `malloc_trim`)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def tensorflow_blocks_per_tensor(count: int = 50_000) -> float:

@@ -30,6 +30,7 @@ class System:
     variant = False  # an option's cost against the same buffer without it: the deterministic pass and files not run
     saves_once = False  # its save measured in the first repetition only (a Reverb checkpoint: ~80 s of 1M items)
     max_frames: int | None = None  # the most frames it is filled with, where a workload has more (None: all)
+    own_process = False  # measured in a process of its own, with the other such systems (the peers)
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload

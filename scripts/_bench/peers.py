@@ -21,6 +21,7 @@ class TFAgentsTF(TFBuffer):
     """tf_agents TFUniformReplayBuffer."""
 
     name = "TF-Agents TF"
+    own_process = True
 
     def __init__(self, workload: Workload) -> None:
         buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(workload.spec, workload.num_envs, workload.max_length)
@@ -31,6 +32,7 @@ class TFAgentsPy(System):
     """tf_agents PyUniformReplayBuffer: batches of one only, so one add per environment per step."""
 
     name = "TF-Agents py"
+    own_process = True
 
     def __init__(self, workload: Workload) -> None:
         super().__init__(workload)
@@ -91,6 +93,7 @@ class TFAgentsReverb(System):
     """TF-Agents' Reverb path: ReverbAddTrajectoryObserver per environment, ReverbReplayBuffer."""
 
     name = "TF-Agents Reverb"
+    own_process = True
     requires = ("reverb",)
     max_frames = REVERB_FRAMES
 
@@ -149,6 +152,7 @@ class Cpprb(System):
     """
 
     name = "cpprb uniform"
+    own_process = True
     requires = ("cpprb",)
 
     def __init__(self, workload: Workload) -> None:

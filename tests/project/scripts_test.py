@@ -646,6 +646,16 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys, monk
         assert set(result["seconds"]) == present | {f"{backend} actors" for backend in actor_backends}
         assert set(result["phase_seconds"]) == present
         assert set(result["peaks_after"]) == set(result["seconds"])
+        # The peers ran after tfbuffers' systems, in turn, in one process of their own: its high-water mark after
+        # each (never falling), beside this process's; the tables keep the systems' order.
+        apart = [cls.name for cls in classes if cls.own_process]
+        peers = {"TF-Agents TF", "TF-Agents py", "TF-Agents Reverb", "cpprb uniform", "cpprb PER"}
+        assert set(apart) == peers & systems
+        assert all(("own_process_peak_bytes" in result["peaks_after"][name]) == (name in apart) for name in present)
+        own = [result["peaks_after"][name]["own_process_peak_bytes"] for name in apart]
+        assert own == sorted(own) and own[0] > 100 * 2**20  # TensorFlow and TF-Agents imported there
+        assert all(result["peaks_after"][name]["resident_peak_bytes"] != own[-1] for name in apart)
+        assert list(result["ops"]) == [name for name in benchmark.SYSTEM_NAMES if name in in_graph]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "results.md").read_text()
     reverb_note = "tfbuffers Reverb, TF-Agents Reverb: filled with 2,048 frames (their writers' pace"
