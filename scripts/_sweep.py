@@ -5,6 +5,8 @@ the time of one call of each measure:
 
 - `add`: one `add_batch` of the 8 environments' frames (the py buffers called eagerly,
   as a driver does; the TF buffers inside one `tf.function` loop, as a TF driver does);
+- `add block`: one `extend` of a block of `BLOCK_FRAMES` frames, 128 per environment (a
+  vectorized collect's or a loaded dataset's; the numpy reference's slice assignment of it);
 - `sample`: one `get_next` of `batch` windows of 2 frames (py: eager; TF: inside one
   `tf.function` loop, as a learner's graph samples, so the call's fixed cost does not
   hide the draw's);
@@ -38,11 +40,20 @@ QUICK_BATCH_SIZES = (32, 256)
 QUICK_BATCH_CAPACITY = 10_000
 CAPACITY_BATCH = 256  # the batch the capacities are swept with (the control workload's)
 
-KINDS = ("tfbuffers TF", "tfbuffers py", "tfbuffers TF prioritized", "tfbuffers py prioritized", "numpy limit")
+KINDS = (
+    "tfbuffers TF",
+    "tfbuffers py",
+    "tfbuffers TF prioritized",
+    "tfbuffers py prioritized",
+    "tfbuffers py memmap",  # its files in the page cache: up to 1.1 GB of them at 10M frames
+    "numpy limit",
+)
 # "numpy limit" is the reference: a plain numpy ring, written by slices and read by one fancy-index gather per
 # field. It stores and checks nothing more, so what its sample gains in time with the capacity is the memory
 # system's (rows that no longer fit in a cache), not a buffer's algorithm.
-MEASURES = ("add", "sample", "sample + update")
+MEASURES = ("add", "add block", "sample", "sample + update")
+BLOCK_FRAMES = 1024  # frames of one `add block`, all environments together (quick: 512, half the smallest buffer)
+QUICK_BLOCK_FRAMES = 512
 # The growth each measure should have with the capacity, by kind (the sum tree's depth is log2 of it).
 EXPECTED = {
     ("add", "tfbuffers TF"): "O(1)",
@@ -51,16 +62,27 @@ EXPECTED = {
     # and recomputes their ancestors once before the next draw (counted in the sample).
     ("add", "tfbuffers TF prioritized"): "O(log n)",
     ("add", "tfbuffers py prioritized"): "O(1)",
+    ("add", "tfbuffers py memmap"): "O(1)",
     ("add", "numpy limit"): "O(1)",
+    # A block's leaves are contiguous: the TF buffer sums each level's changed nodes once, about
+    # block + log2(n) of them, so its block add grows by the log term only.
+    ("add block", "tfbuffers TF"): "O(1)",
+    ("add block", "tfbuffers py"): "O(1)",
+    ("add block", "tfbuffers TF prioritized"): "O(log n)",
+    ("add block", "tfbuffers py prioritized"): "O(1)",
+    ("add block", "tfbuffers py memmap"): "O(1)",
+    ("add block", "numpy limit"): "O(1)",
     ("sample", "numpy limit"): "O(1)",
     ("sample", "tfbuffers TF"): "O(1)",
     ("sample", "tfbuffers py"): "O(1)",
+    ("sample", "tfbuffers py memmap"): "O(1)",
     ("sample", "tfbuffers TF prioritized"): "O(log n)",
     ("sample", "tfbuffers py prioritized"): "O(log n)",
     ("sample + update", "tfbuffers TF prioritized"): "O(log n)",
     ("sample + update", "tfbuffers py prioritized"): "O(log n)",
 }
 CALLS = {"add": 2_000, "sample": 200, "sample + update": 200}  # calls per timed run (quick: a tenth)
+# (An `add block` run is the benchmark's own: `BLOCK_CALLS` blocks, `_bench.measure.block_seconds`.)
 
 
 @dataclasses.dataclass
@@ -79,8 +101,8 @@ class Point:
 
     @property
     def on_capacity_line(self) -> bool:
-        """Whether the point is on the sweep over capacities (every add; samples of `CAPACITY_BATCH`)."""
-        return self.measure == "add" or self.batch == CAPACITY_BATCH
+        """Whether the point is on the sweep over capacities (every add, every block; samples of `CAPACITY_BATCH`)."""
+        return self.measure in ("add", "add block") or self.batch == CAPACITY_BATCH
 
 
 def _timed(fn: Callable[[], Any], calls: int, repetitions: int) -> list[float]:
@@ -105,9 +127,11 @@ class _Measured:
         self.reference = kind == "numpy limit"
         self.prioritized = "prioritized" in kind
         self.scale = 10 if quick else 1
-        batches = benchmark.numpy_batches(workload, 64)
+        batches = self.system.prepare(benchmark.numpy_batches(workload, 64))
         self.batch = batches[0]
-        self.system.fill(self.system.prepare(batches), _NoBar())
+        frames = QUICK_BLOCK_FRAMES if quick else BLOCK_FRAMES
+        self.block = benchmark.block_of(workload, batches, frames // workload.num_envs)
+        self.system.fill(batches, _NoBar())
         self.priorities = np.random.default_rng(0).uniform(0.1, 2.0, max(BATCH_SIZES))
 
     def add(self, repetitions: int) -> list[float]:
@@ -120,6 +144,10 @@ class _Measured:
                 self.system.add(self.batch)  # each result dropped, as a collect loop does
 
         return _timed(run, calls, repetitions)
+
+    def add_block(self, repetitions: int) -> list[float]:
+        """Seconds of one block add, each run the system's own (`System.add_block`: warmed up, then timed)."""
+        return [self.system.add_block(self.block) for _ in range(repetitions)]
 
     def _graph_loop(self, batch: int, update: bool) -> Callable[[Any], Any]:
         import tensorflow as tf  # here: the benchmark checks its arguments with this module before TF is imported
@@ -178,6 +206,8 @@ def run(benchmark: Any, kinds: list[str], quick: bool, repetitions: int, progres
                 bar.set_description(f"sweep: {kind}, {capacity:,} frames")
                 measured = _Measured(benchmark, kind, capacity, quick)
                 points.append(Point(kind, "add", capacity, measured.workload.num_envs, measured.add(repetitions)))
+                frames = benchmark.block_size(measured.block)
+                points.append(Point(kind, "add block", capacity, frames, measured.add_block(repetitions)))
                 sizes = [CAPACITY_BATCH]
                 if capacity == batch_capacity:
                     sizes += [size for size in batch_sizes if size != CAPACITY_BATCH]
@@ -286,7 +316,10 @@ def plot(points: list[Point], path_for: Callable[[str], Any]) -> list[Any]:
                     color=colours[kind],
                     label=kind,
                 )
-        unit = "add of 8 frames" if measure == "add" else f"call, batch {CAPACITY_BATCH}"
+        block = next((p.batch for p in mine if measure == "add block"), 0)
+        unit = {"add": "add of 8 frames", "add block": f"block of {block:,} frames"}.get(
+            measure, f"call, batch {CAPACITY_BATCH}"
+        )
         axes[0, 0].set(xscale="log", yscale="log", xlabel="capacity (frames)", ylabel=f"µs per {unit}")
         axes[0, 0].set_title(f"{measure}: against capacity", fontsize=10)
         axes[0, 0].legend(fontsize=7)

@@ -18,7 +18,8 @@ plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwi
 `tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
 tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each system is built, filled and
 measured several times after a warm-up (a sampling measure for up to 2 s of calls), then freed
-before the next (the run holds one system at a time; the Reverb systems at most 100k frames);
+before the next (the run holds one system at a time; the Reverb systems at most 100k frames); the
+peers (TF-Agents' buffers, cpprb) run after tfbuffers' systems, in one process of their own;
 the median and the range are reported, and ratios are tfbuffers / peer from the same run.
 Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
 direct `get_next`; for the TF systems, the ops one in-graph sample and add run are counted
@@ -99,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sweep",
         action="store_true",
-        help="instead of the workloads: the scaling sweep, every local buffer kind's add, sample and sample + update "
-        "at capacities 10k to 10M frames and batch sizes 32 to 4096 (quick: 1k and 10k, batches 32 and 256), "
+        help="instead of the workloads: the scaling sweep, every local buffer kind's add, block add, sample and "
+        "sample + update at capacities 10k to 10M frames and batch sizes 32 to 4096 (quick: 1k and 10k, batches 32 "
+        "and 256), "
         "written to sweep.md/.json and one log-log figure per measure",
     )
     for peer in OWN_ENV_PEERS:
@@ -200,6 +202,8 @@ __all__ = [
     "SYSTEM_NAMES",
     "WORKLOADS",
     "available_systems",
+    "block_of",
+    "block_size",
     "executed_ops",
     "graph_ops",
     "main",
@@ -216,29 +220,27 @@ def run_workload(
     One system is held at a time: the run's memory is the largest system's, not the sum of them all (on the atari
     workload each holds about 1.1 GB; holding every system at once grew a full run past 24 GiB on 2026-11-25). The
     repetitions of one system therefore run back to back; the ranges beside the medians say how much they moved.
-    tfbuffers' systems and the limits run in this process, each freed (and the heap trimmed) before the next; the
-    peers (`System.own_process`) run after them, in turn, in one new process of their own (`_in_a_process`): their
-    memory is not this process's, and theirs is not left to tfbuffers' (TF-Agents' py checkpoint of the atari
-    workload alone raised this process's high-water mark from 6.1 to 10.7 GB, 2026-12-02).
+    tfbuffers' systems and the limits run in this process, each freed (and the heap trimmed) before the next. Each
+    peer (`System.own_process`) runs first, in a new process of its own (`_in_a_process`), while this one holds
+    little: its memory is its own, measured alone (TF-Agents' py checkpoint of the atari workload took this
+    process's high-water mark from 6.1 to 10.7 GB, 2026-12-02), and what it leaves is not left to the next system.
     """
     classes = [cls for cls in classes if cls.applies(workload)]
     frames = {cls.name: min(workload.frames, cls.max_frames or workload.frames) for cls in classes}
-    here = [cls for cls in classes if not cls.own_process]
-    apart = [cls for cls in classes if cls.own_process]
     measured: dict[str, dict[str, Any]] = {}
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
+        for cls in classes:
+            if cls.own_process:
+                bar.set_postfix_str(f"{cls.name}: in a process of its own")
+                measured[cls.name] = _in_a_process(cls.name, workload, frames[cls.name], repetitions, quick)
+                measured[cls.name]["peaks"] |= _resident_peaks()
+                bar.update(1 + repetitions)
         batches = numpy_batches(workload, 64)
-        for cls in here:
-            measured[cls.name] = run_system(cls, workload, frames[cls.name], batches, repetitions, quick, bar)
-            measured[cls.name]["peaks"] = _resident_peaks()
+        for cls in classes:
+            if not cls.own_process:
+                measured[cls.name] = run_system(cls, workload, frames[cls.name], batches, repetitions, quick, bar)
+                measured[cls.name]["peaks"] = _resident_peaks()
         del batches
-        if apart:
-            bar.set_postfix_str(f"{', '.join(cls.name for cls in apart)}: in a process of their own")
-            names = [cls.name for cls in apart]
-            measured |= _in_a_process(names, workload, frames, repetitions, quick)
-            for name in names:
-                measured[name]["peaks"] |= _resident_peaks()
-            bar.update(len(apart) * (1 + repetitions))
     order = [name for name in SYSTEM_NAMES if name in measured]
     samples: dict[str, dict[str, list[float]]] = {measure: {} for measure in MEASURES}
     for name in order:
@@ -323,39 +325,32 @@ def run_system(
     return out
 
 
-def _in_a_process(
-    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
-) -> dict[str, dict[str, Any]]:
-    """`run_system` of each of `names` in turn, in one new process (spawned: this one's TensorFlow is not forked).
+def _in_a_process(name: str, workload: Workload, frames: int, repetitions: int, quick: bool) -> dict[str, Any]:
+    """`run_system` of the system `name` in a new process (spawned: this one's TensorFlow is not forked).
 
-    Each system's entry gains "peaks": that process's resident high-water mark after it (`own_process_peak_bytes`).
+    Its entry gains "peaks": that process's resident high-water mark (`own_process_peak_bytes`).
     """
     import concurrent.futures
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(_run_here, names, workload, frames, repetitions, quick).result()
+        return pool.submit(_run_here, name, workload, frames, repetitions, quick).result()
 
 
-def _run_here(
-    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
-) -> dict[str, dict[str, Any]]:
+def _run_here(name: str, workload: Workload, frames: int, repetitions: int, quick: bool) -> dict[str, Any]:
     """What `_in_a_process` runs in its process."""
-    by_name = {cls.name: cls for cls in SYSTEMS}
-    batches = numpy_batches(workload, 64)
-    measured = {}
-    for name in names:
-        measured[name] = run_system(by_name[name], workload, frames[name], batches, repetitions, quick, _Frames())
-        measured[name]["peaks"] = {"own_process_peak_bytes": _peer_runs.high_water_bytes()}
-    return measured
+    (cls,) = [cls for cls in SYSTEMS if cls.name == name]
+    measured = run_system(cls, workload, frames, numpy_batches(workload, 64), repetitions, quick, _Frames())
+    return measured | {"peaks": {"own_process_peak_bytes": _peer_runs.high_water_bytes()}}
 
 
 def _resident_peaks() -> dict[str, int]:
     """The kernel's resident high-water mark of this process since it started, in bytes (no moment is missed).
 
-    The out-of-process peers report their own (`<key>_resident_peak_bytes`); the children's mark `getrusage`
-    keeps is not read: it holds this process's resident memory at each fork (`_peer_runs.high_water_bytes`).
+    The peers' processes report their own (`own_process_peak_bytes`, `<key>_resident_peak_bytes`); the children's
+    mark `getrusage` keeps is not read: it holds this process's resident memory at each fork
+    (`_peer_runs.high_water_bytes`).
     """
     return {"resident_peak_bytes": _peer_runs.high_water_bytes()}
 

@@ -510,6 +510,7 @@ def test_the_quick_sweep_measures_every_local_kind_at_every_point(tmp_path):
         measures = ["sample", "sample + update"] if "prioritized" in kind else ["sample"]
         for capacity in sweep.QUICK_CAPACITIES:
             expected.add((kind, "add", capacity, 8))
+            expected.add((kind, "add block", capacity, sweep.QUICK_BLOCK_FRAMES))
             expected |= {(kind, measure, capacity, sweep.CAPACITY_BATCH) for measure in measures}
         expected |= {(kind, m, sweep.QUICK_BATCH_CAPACITY, b) for m in measures for b in sweep.QUICK_BATCH_SIZES}
     assert set(points) == expected
@@ -517,9 +518,10 @@ def test_the_quick_sweep_measures_every_local_kind_at_every_point(tmp_path):
     assert [(row["measure"], row["kind"]) for row in results["growth"]] == [
         key for key in itertools.product(sweep.MEASURES, sweep.KINDS) if key in sweep.EXPECTED
     ]
-    for name in ("sweep_add.png", "sweep_sample.png", "sweep_sample_update.png"):
+    for name in ("sweep_add.png", "sweep_add_block.png", "sweep_sample.png", "sweep_sample_update.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| sample + update | tfbuffers py prioritized | O(log n) |" in (tmp_path / "sweep.md").read_text()
+    assert "| add block | tfbuffers py memmap | O(1) |" in (tmp_path / "sweep.md").read_text()
 
 
 def test_the_sweep_fits_the_growth_it_reports():
@@ -646,15 +648,14 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys, monk
         assert set(result["seconds"]) == present | {f"{backend} actors" for backend in actor_backends}
         assert set(result["phase_seconds"]) == present
         assert set(result["peaks_after"]) == set(result["seconds"])
-        # The peers ran after tfbuffers' systems, in turn, in one process of their own: its high-water mark after
-        # each (never falling), beside this process's; the tables keep the systems' order.
+        # Each peer ran in a process of its own: that process's high-water mark (TensorFlow and TF-Agents imported
+        # there), beside this process's.
         apart = [cls.name for cls in classes if cls.own_process]
         peers = {"TF-Agents TF", "TF-Agents py", "TF-Agents Reverb", "cpprb uniform", "cpprb PER"}
         assert set(apart) == peers & systems
         assert all(("own_process_peak_bytes" in result["peaks_after"][name]) == (name in apart) for name in present)
         own = [result["peaks_after"][name]["own_process_peak_bytes"] for name in apart]
-        assert own == sorted(own) and own[0] > 100 * 2**20  # TensorFlow and TF-Agents imported there
-        assert all(result["peaks_after"][name]["resident_peak_bytes"] != own[-1] for name in apart)
+        assert min(own) > 100 * 2**20
         assert list(result["ops"]) == [name for name in benchmark.SYSTEM_NAMES if name in in_graph]
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "results.md").read_text()
