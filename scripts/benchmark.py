@@ -18,8 +18,8 @@ plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwi
 `tf.Variable`s written and sampled with no bookkeeping (the floor of an in-graph buffer), and a
 tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each system is built, filled and
 measured several times after a warm-up (a sampling measure for up to 2 s of calls), then freed
-before the next (the run holds one system at a time; the Reverb systems at most 100k frames); the
-peers (TF-Agents' buffers, cpprb) run after tfbuffers' systems, in one process of their own;
+before the next (the run holds one system at a time; the Reverb systems at most 100k frames); each
+peer (TF-Agents' buffers, cpprb) runs first, in a new process of its own;
 the median and the range are reported, and ratios are tfbuffers / peer from the same run.
 Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
 direct `get_next`; for the TF systems, the ops one in-graph sample and add run are counted
@@ -31,7 +31,7 @@ same workload, and join the tables; so do TorchRL's replay buffers (PyTorch on t
 prioritized, memory-mapped, and slices of episodes; --torchrl-env, made by --torchrl-setup).
 Outputs: a markdown table, JSON and a bar chart in --output-dir.
 
-    python scripts/benchmark.py            # full: 1M frames, 3 repetitions, ~25 minutes (docs/benchmarks.md)
+    python scripts/benchmark.py            # full: 1M frames, 3 repetitions, ~20 minutes (docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
     python scripts/benchmark.py --sweep    # how each local buffer's costs grow with capacity and batch size
 """

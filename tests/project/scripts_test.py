@@ -1207,7 +1207,7 @@ def test_the_scripts_know_the_buffer_kinds_and_samplers_before_importing_tfbuffe
         (
             ["--sweep", "--systems", "cpprb PER,Flashbax prioritized"],
             "argument --systems: --sweep measures tfbuffers TF, tfbuffers py, tfbuffers TF prioritized, "
-            "tfbuffers py prioritized, numpy limit, got 'cpprb PER,Flashbax prioritized'",
+            "tfbuffers py prioritized, tfbuffers py memmap, numpy limit, got 'cpprb PER,Flashbax prioritized'",
         ),
     ],
 )
