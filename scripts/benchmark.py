@@ -19,7 +19,7 @@ plain numpy ring write + fancy-index gather of the same bytes (the memory-bandwi
 tf.data pipeline of `tf.fill`s (the ceiling of any `as_dataset`). Each system is built, filled and
 measured several times after a warm-up (a sampling measure for up to 2 s of calls), then freed
 before the next (the run holds one system at a time; the Reverb systems at most 100k frames); each
-peer (TF-Agents' buffers, cpprb) runs first, in a new process of its own;
+peer (TF-Agents' buffers, cpprb) runs first, in a new process of its own (--quick: one for them all);
 the median and the range are reported, and ratios are tfbuffers / peer from the same run.
 Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
 direct `get_next`; for the TF systems, the ops one in-graph sample and add run are counted
@@ -34,6 +34,7 @@ Outputs: a markdown table, JSON and a bar chart in --output-dir.
     python scripts/benchmark.py            # full: 1M frames, 3 repetitions, ~20 minutes (docs/benchmarks.md)
     python scripts/benchmark.py --quick    # small frames, 2 repetitions: about three minutes on 2 cores
     python scripts/benchmark.py --sweep    # how each local buffer's costs grow with capacity and batch size
+    python scripts/benchmark.py --beyond-cache  # sampling memory-mapped files twice the page cache, from disk
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _args  # noqa: E402
+import _beyond_cache  # noqa: E402 (no TensorFlow at import, as _sweep)
 import _peer_runs  # noqa: E402 (the standard library only)
 import _sweep  # noqa: E402 (no TensorFlow at import: the arguments are checked with its names first)
 from _bench.names import ACTOR_BACKENDS, OUT_OF_PROCESS, OWN_ENV_PEERS, SYSTEM_NAMES, WORKLOAD_NAMES  # noqa: E402
@@ -105,6 +107,30 @@ def build_parser() -> argparse.ArgumentParser:
         "and 256), "
         "written to sweep.md/.json and one log-log figure per measure",
     )
+    parser.add_argument(
+        "--beyond-cache",
+        action="store_true",
+        help="instead of the workloads: sampling a py buffer over memory-mapped files larger than the page cache "
+        "(Atari frames, --beyond-cache-factor times MemAvailable; quick: 64 MiB), from cold, against a plain numpy "
+        "gather of the same files and a sequential read of them; written to beyond_cache.md/.json/.png",
+    )
+    parser.add_argument(
+        "--beyond-cache-factor",
+        type=float,
+        default=_beyond_cache.FACTOR,
+        help=f"the buffer's bytes against the free page cache (default {_beyond_cache.FACTOR:g})",
+    )
+    parser.add_argument(
+        "--beyond-cache-seconds",
+        type=float,
+        default=None,
+        help=f"seconds of each read (default {_beyond_cache.SECONDS:g}; quick 1)",
+    )
+    parser.add_argument(
+        "--beyond-cache-dir",
+        default=None,
+        help="an existing directory on the disk to measure, for the buffer's files (default: the temporary directory)",
+    )
     for peer in OWN_ENV_PEERS:
         parser.add_argument(
             f"--{peer.key}-env",
@@ -139,6 +165,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"argument --repetitions: expected a positive int, got {args.repetitions}")
     if args.frames is not None and (args.frames < 512 or args.frames % 8):
         parser.error(f"argument --frames: expected a multiple of 8, at least 512, got {args.frames}")
+    if not 0 < args.beyond_cache_factor < float("inf"):
+        parser.error(f"argument --beyond-cache-factor: expected a positive number, got {args.beyond_cache_factor}")
+    if args.beyond_cache_seconds is None:
+        args.beyond_cache_seconds = 1.0 if args.quick else _beyond_cache.SECONDS
+    if not 0 < args.beyond_cache_seconds < float("inf"):
+        parser.error(f"argument --beyond-cache-seconds: expected a positive number, got {args.beyond_cache_seconds}")
+    if args.beyond_cache_dir is not None and not pathlib.Path(args.beyond_cache_dir).is_dir():
+        parser.error(f"argument --beyond-cache-dir: expected an existing directory, got {args.beyond_cache_dir!r}")
     args.repetitions_given = args.repetitions is not None
     args.repetitions = args.repetitions or (2 if args.quick else 3)
     actors_text = args.actors or ("1" if args.quick else "1,2,4")
@@ -224,17 +258,20 @@ def run_workload(
     peer (`System.own_process`) runs first, in a new process of its own (`_in_a_process`), while this one holds
     little: its memory is its own, measured alone (TF-Agents' py checkpoint of the atari workload took this
     process's high-water mark from 6.1 to 10.7 GB, 2026-12-02), and what it leaves is not left to the next system.
+    A `quick` run spawns one process for all the workload's peers, which run there in turn: one TensorFlow import,
+    not one a peer (each costs 5 to 10 s here), so a later peer's `own_process_peak_bytes` includes an earlier's.
     """
     classes = [cls for cls in classes if cls.applies(workload)]
     frames = {cls.name: min(workload.frames, cls.max_frames or workload.frames) for cls in classes}
     measured: dict[str, dict[str, Any]] = {}
+    peers = [cls.name for cls in classes if cls.own_process]
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
-        for cls in classes:
-            if cls.own_process:
-                bar.set_postfix_str(f"{cls.name}: in a process of its own")
-                measured[cls.name] = _in_a_process(cls.name, workload, frames[cls.name], repetitions, quick)
-                measured[cls.name]["peaks"] |= _resident_peaks()
-                bar.update(1 + repetitions)
+        for group in [peers] if quick and peers else [[name] for name in peers]:
+            bar.set_postfix_str(f"{', '.join(group)}: in a process apart")
+            measured |= _in_a_process(group, workload, frames, repetitions, quick)
+            for name in group:
+                measured[name]["peaks"] |= _resident_peaks()
+            bar.update(len(group) * (1 + repetitions))
         batches = numpy_batches(workload, 64)
         for cls in classes:
             if not cls.own_process:
@@ -325,24 +362,31 @@ def run_system(
     return out
 
 
-def _in_a_process(name: str, workload: Workload, frames: int, repetitions: int, quick: bool) -> dict[str, Any]:
-    """`run_system` of the system `name` in a new process (spawned: this one's TensorFlow is not forked).
+def _in_a_process(
+    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
+) -> dict[str, dict[str, Any]]:
+    """`run_system` of the systems `names`, in turn, in one new process (spawned: this one's TensorFlow is not forked).
 
-    Its entry gains "peaks": that process's resident high-water mark (`own_process_peak_bytes`).
+    Each entry gains "peaks": that process's resident high-water mark after it (`own_process_peak_bytes`).
     """
     import concurrent.futures
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(_run_here, name, workload, frames, repetitions, quick).result()
+        return pool.submit(_run_here, names, workload, frames, repetitions, quick).result()
 
 
-def _run_here(name: str, workload: Workload, frames: int, repetitions: int, quick: bool) -> dict[str, Any]:
+def _run_here(
+    names: list[str], workload: Workload, frames: dict[str, int], repetitions: int, quick: bool
+) -> dict[str, dict[str, Any]]:
     """What `_in_a_process` runs in its process."""
-    (cls,) = [cls for cls in SYSTEMS if cls.name == name]
-    measured = run_system(cls, workload, frames, numpy_batches(workload, 64), repetitions, quick, _Frames())
-    return measured | {"peaks": {"own_process_peak_bytes": _peer_runs.high_water_bytes()}}
+    batches, measured = numpy_batches(workload, 64), {}
+    for name in names:
+        (cls,) = [cls for cls in SYSTEMS if cls.name == name]
+        measured[name] = run_system(cls, workload, frames[name], batches, repetitions, quick, _Frames())
+        measured[name]["peaks"] = {"own_process_peak_bytes": _peer_runs.high_water_bytes()}
+    return measured
 
 
 def _resident_peaks() -> dict[str, int]:
@@ -447,9 +491,34 @@ def sweep(args: argparse.Namespace, command: str, output_dir: pathlib.Path) -> i
     return 0
 
 
+def beyond_cache(args: argparse.Namespace, command: str, output_dir: pathlib.Path) -> int:
+    """Samples a memory-mapped buffer larger than the page cache (`scripts/_beyond_cache.py`) and writes its outputs."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def progress(total: int, what: str) -> Any:
+        with tqdm(total=total, desc=what, disable=args.no_progress) as bar:
+            yield bar
+
+    directory = None if args.beyond_cache_dir is None else pathlib.Path(args.beyond_cache_dir)
+    started = time.perf_counter()
+    results = _beyond_cache.run(directory, args.beyond_cache_factor, args.beyond_cache_seconds, args.quick, progress)
+    seconds = time.perf_counter() - started
+    results |= {"command": command, "machine": machine(), "total_seconds": seconds}
+    table = _beyond_cache.write(results, output_dir)
+    (output_dir / "beyond_cache.md").write_text(f"{command}\n\n{machine()}; {seconds:.0f} s\n\n{table}")
+    print(table)
+    print(f"{seconds:.0f} s. Outputs in {output_dir}/: beyond_cache.md, beyond_cache.json, beyond_cache.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and writes its outputs."""
     args = parse_args(argv)
+    if args.beyond_cache:
+        output_dir = pathlib.Path(args.output_dir)
+        command = " ".join(["python", "scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
+        return beyond_cache(args, command, output_dir)
     if args.sweep:
         output_dir = pathlib.Path(args.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -383,7 +383,8 @@ print(json.dumps(peak))
 def _files_memory(buffer: Any, stored: int, directory: pathlib.Path) -> dict[str, float]:
     """File size per frame, and the peak resident bytes beyond the buffer's own storage of a save and two loads.
 
-    The loads run in fresh processes (an allocator keeps what an earlier call freed): `<class>.load`, and
+    The loads run in fresh processes (an allocator keeps what an earlier call freed), both at once (each
+    measures its own high-water mark; most of a child's time is TensorFlow's import): `<class>.load`, and
     `files.load` into a buffer built empty; the buffer's own storage is subtracted from both.
     """
     import _common
@@ -391,11 +392,21 @@ def _files_memory(buffer: Any, stored: int, directory: pathlib.Path) -> dict[str
     path = directory / "buffer.safetensors"
     frames = int(buffer.num_frames())
     _, save = _common.peak_rss(lambda: buffer.save(path, progress=False))
+    children = {
+        how: subprocess.Popen(
+            [sys.executable, "-c", _LOAD_IN_A_CHILD, str(path), type(buffer).__name__, how, str(SCRIPTS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for how in ("new", "into")
+    }
     loads = {}
-    for how in ("new", "into"):
-        argv = [sys.executable, "-c", _LOAD_IN_A_CHILD, str(path), type(buffer).__name__, how, str(SCRIPTS)]
-        completed = subprocess.run(argv, capture_output=True, text=True, check=True)
-        loads[how] = json.loads(completed.stdout.strip().splitlines()[-1]) - stored
+    for how, child in children.items():
+        out, err = child.communicate()
+        if child.returncode:
+            raise subprocess.CalledProcessError(child.returncode, child.args, out, err)
+        loads[how] = json.loads(out.strip().splitlines()[-1]) - stored
     return {
         "stored_bytes": stored,
         "file_bytes_per_frame": path.stat().st_size / frames,

@@ -524,6 +524,33 @@ def test_the_quick_sweep_measures_every_local_kind_at_every_point(tmp_path):
     assert "| add block | tfbuffers py memmap | O(1) |" in (tmp_path / "sweep.md").read_text()
 
 
+def test_beyond_cache_quick_reads_the_files_from_cold_and_checks_every_window(tmp_path):
+    """`--beyond-cache --quick`: a 64 MiB buffer filled by blocks, each window's frames its ids', the files removed."""
+    files = tmp_path / "files"
+    files.mkdir()
+    argv = ["--beyond-cache", "--quick", "--beyond-cache-dir", str(files), "--output-dir", str(tmp_path)]
+    assert benchmark.main([*argv, "--no-progress"]) == 0
+    results = json.loads((tmp_path / "beyond_cache.json").read_text())
+    # 64 MiB of 28,232-byte frames in 4 segments, rounded up to whole blocks of 256 frames a segment: 768 a segment.
+    assert results["frames"] == 4 * 768 and results["frame_bytes"] == 84 * 84 * 4 + 8
+    assert results["file_bytes"] > results["frames"] * results["frame_bytes"]  # and the header, state, journal
+    assert results["times_free_page_cache"] == results["file_bytes"] / results["mem_available_bytes"]
+    measures = results["measures"]
+    assert list(measures) == ["tfbuffers py memmap get_next", "numpy memmap gather", "sequential read"]
+    for entry in measures.values():
+        assert entry["frames_per_second"] > 0 and min(entry["per_second_frames"]) > 0
+        assert entry["bytes_per_second"] == pytest.approx(entry["frames_per_second"] * 84 * 84 * 4)
+    # The windows read whole batches of 32 windows of 2 frames; the sequential read, the observation file once (its
+    # .npy header too), in the second it is given.
+    assert measures["tfbuffers py memmap get_next"]["bytes_read"] % (64 * 84 * 84 * 4) == 0
+    assert measures["sequential read"]["bytes_read"] == pytest.approx(results["frames"] * 84 * 84 * 4 + 128, abs=1)
+    assert results["seconds"] == 1.0 and results["open_seconds"] > 0
+    assert list(files.iterdir()) == []  # the buffer's files removed
+    assert (tmp_path / "beyond_cache.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "beyond_cache.md").read_text()
+    assert "| tfbuffers py memmap get_next |" in table and "against the plain numpy gather of the same files" in table
+
+
 def test_the_sweep_fits_the_growth_it_reports():
     sweep = benchmark._sweep
     assert sweep.slope([1e4, 1e5, 1e6], [2.0, 20.0, 200.0]) == pytest.approx(1.0, abs=1e-12)
@@ -648,8 +675,8 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys, monk
         assert set(result["seconds"]) == present | {f"{backend} actors" for backend in actor_backends}
         assert set(result["phase_seconds"]) == present
         assert set(result["peaks_after"]) == set(result["seconds"])
-        # Each peer ran in a process of its own: that process's high-water mark (TensorFlow and TF-Agents imported
-        # there), beside this process's.
+        # The peers ran in a process apart (--quick: one for them all, in turn): that process's high-water mark after
+        # each (TensorFlow and TF-Agents imported there), beside this process's.
         apart = [cls.name for cls in classes if cls.own_process]
         peers = {"TF-Agents TF", "TF-Agents py", "TF-Agents Reverb", "cpprb uniform", "cpprb PER"}
         assert set(apart) == peers & systems
@@ -1198,6 +1225,12 @@ def test_the_scripts_know_the_buffer_kinds_and_samplers_before_importing_tfbuffe
         (["--actor-seconds", "-2"], "argument --actor-seconds: expected a positive number, got -2.0"),
         (["--actor-seconds", "0"], "argument --actor-seconds: expected a positive number, got 0.0"),
         (["--frames", "100"], "argument --frames: expected a multiple of 8, at least 512, got 100"),
+        (["--beyond-cache-factor", "0"], "argument --beyond-cache-factor: expected a positive number, got 0.0"),
+        (["--beyond-cache-seconds", "-1"], "argument --beyond-cache-seconds: expected a positive number, got -1.0"),
+        (
+            ["--beyond-cache-dir", "/no/such/directory"],
+            "argument --beyond-cache-dir: expected an existing directory, got '/no/such/directory'",
+        ),
         (["--frames", "1004"], "argument --frames: expected a multiple of 8, at least 512, got 1004"),
         (
             ["--actor-backends", "tfbuffers Ray,kafka"],
