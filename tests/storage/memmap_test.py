@@ -708,3 +708,67 @@ def test_a_frame_stack_add_cut_short_is_undone_with_its_frames(adds, tmp_path):
         in_ram.add_batch(items)
     assert_same(contents(reopened), contents(in_ram))
     reopened.close()
+
+
+def test_a_gather_from_cold_files_asks_for_its_rows_pages_first_and_returns_the_same(tmp_path, monkeypatch):
+    """`_Advice`: gathers slower than memory (files read from the disk) make the next ones ask for their pages first.
+
+    Each run of consecutive rows is asked for at once; what they return is unchanged, and fields of rows under a
+    page are never asked for.
+    """
+    spec = {"frame": tf.TensorSpec([64, 64], tf.uint8), "reward": tf.TensorSpec([], tf.float32)}  # 4,096-byte rows
+    made = {
+        where: tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=64, seed=5, directory=directory)
+        for where, directory in (("ram", None), ("files", tmp_path / "files"))
+    }
+    rng = np.random.default_rng(0)
+    block = {"frame": rng.integers(0, 256, (2, 64, 64, 64), np.uint8), "reward": rng.random((2, 64), np.float32)}
+    for buffer in made.values():
+        buffer.extend(block)
+    storage = made["files"]._table
+    frame, reward = storage._advice
+    assert (frame.row_bytes, reward.row_bytes) == (4096, 4) and frame.first == reward.first == 128  # the .npy header
+    asked = []
+    monkeypatch.setattr(memmap._Advice, "will_need_run", lambda self, start, stop: asked.append((start, stop)))
+    monkeypatch.setattr(memmap._Advice, "COLD_BYTES_PER_SECOND", float("inf"))  # every timed gather is cold
+    cold = memmap._Advice.COLD_GATHERS
+    for call in range(cold + 2):
+        expected, _ = made["ram"].get_next(8, 4)
+        asked.clear()
+        items, info = made["files"].get_next(8, 4)
+        assert_same(items, expected)
+        ids = np.asarray(info.ids)
+        rows = np.unique(ids % 128)  # step t of segment b: id 2t + b, its row (the segments' frames interleave)
+        if call in (0, cold + 1):  # timed, not asked: the next `cold` ask first
+            assert asked == [] and frame.asking == cold
+            continue
+        assert frame.asking == cold - call
+        covered = np.concatenate([np.arange(start, stop) for start, stop in asked])
+        np.testing.assert_array_equal(covered, rows)  # each row once, in runs
+        assert all(stop < next_start for (_, stop), (next_start, _) in zip(asked, asked[1:]))  # runs, not rows
+    assert reward.asking == 0  # rows under a page: not timed, never asked for
+    # At memory speed: nothing asked.
+    monkeypatch.setattr(memmap._Advice, "COLD_BYTES_PER_SECOND", 0.0)
+    frame.asking = 0
+    asked.clear()
+    for _ in range(3):
+        expected, _ = made["ram"].get_next(8, 4)
+        items, _ = made["files"].get_next(8, 4)
+        assert_same(items, expected)
+    assert asked == [] and frame.asking == 0
+    assert_same(made["files"].gather_all(), made["ram"].gather_all())
+    made["files"].close()
+    assert storage._advice == []  # the mappings let go with the files
+
+
+def test_the_advice_is_the_kernels_on_a_real_mapping(tmp_path):
+    """`madvise` itself, on a buffer's mapping: random reads, then a run of rows asked for (no error, same rows)."""
+    spec = {"frame": tf.TensorSpec([2, 4096], tf.uint8)}
+    buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=1, max_length=8, seed=0, directory=tmp_path / "b")
+    frames = np.arange(8 * 2 * 4096, dtype=np.int64).astype(np.uint8).reshape(1, 8, 2, 4096)
+    buffer.extend({"frame": frames})
+    (advice,) = buffer._table._advice
+    advice.will_need(np.array([[6, 7], [1, 2]]))
+    advice.will_need_run(0, 8)
+    np.testing.assert_array_equal(buffer.gather_all()["frame"], frames)
+    buffer.close()
