@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 import tfbuffers
-from tfbuffers.storage import FrameStackTable, memmap
+from tfbuffers.storage import FrameStackTable, _advice, memmap
 
 SPEC = {
     "obs": tf.TensorSpec([3], tf.float32),
@@ -711,7 +711,7 @@ def test_a_frame_stack_add_cut_short_is_undone_with_its_frames(adds, tmp_path):
 
 
 def test_a_gather_from_cold_files_asks_for_its_rows_pages_first_and_returns_the_same(tmp_path, monkeypatch):
-    """`_Advice`: gathers slower than memory (files read from the disk) make the next ones ask for their pages first.
+    """`Advice`: gathers slower than memory (files read from the disk) make the next ones ask for their pages first.
 
     Each run of consecutive rows is asked for at once; what they return is unchanged, and fields of rows under a
     page are never asked for.
@@ -729,9 +729,9 @@ def test_a_gather_from_cold_files_asks_for_its_rows_pages_first_and_returns_the_
     frame, reward = storage._advice
     assert (frame.row_bytes, reward.row_bytes) == (4096, 4) and frame.first == reward.first == 128  # the .npy header
     asked = []
-    monkeypatch.setattr(memmap._Advice, "will_need_run", lambda self, start, stop: asked.append((start, stop)))
-    monkeypatch.setattr(memmap._Advice, "COLD_BYTES_PER_SECOND", float("inf"))  # every timed gather is cold
-    cold = memmap._Advice.COLD_GATHERS
+    monkeypatch.setattr(_advice.Advice, "will_need_run", lambda self, start, stop: asked.append((start, stop)))
+    monkeypatch.setattr(_advice.Advice, "COLD_BYTES_PER_SECOND", float("inf"))  # every timed gather is cold
+    cold = _advice.Advice.COLD_GATHERS
     for call in range(cold + 2):
         expected, _ = made["ram"].get_next(8, 4)
         asked.clear()
@@ -748,7 +748,7 @@ def test_a_gather_from_cold_files_asks_for_its_rows_pages_first_and_returns_the_
         assert all(stop < next_start for (_, stop), (next_start, _) in zip(asked, asked[1:]))  # runs, not rows
     assert reward.asking == 0  # rows under a page: not timed, never asked for
     # At memory speed: nothing asked.
-    monkeypatch.setattr(memmap._Advice, "COLD_BYTES_PER_SECOND", 0.0)
+    monkeypatch.setattr(_advice.Advice, "COLD_BYTES_PER_SECOND", 0.0)
     frame.asking = 0
     asked.clear()
     for _ in range(3):
