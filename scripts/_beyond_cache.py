@@ -182,7 +182,9 @@ def _observation_file(directory: pathlib.Path) -> pathlib.Path:
 
 def _gather_step(path: pathlib.Path, rng: np.random.Generator) -> Callable[[], int]:
     rows = np.load(path, mmap_mode="r")
-    length = rows.shape[0] // NUM_ENVS  # the rows of one segment, segment after segment
+    # Windows of adjacent rows (one contiguous run each), not the buffer's (its segments' frames interleave, so a
+    # window's rows are NUM_ENVS apart): the reference's reads are each one piece, at least as kind to the disk.
+    length = rows.shape[0] // NUM_ENVS
 
     def step() -> int:
         segments = rng.integers(0, NUM_ENVS, BATCH)

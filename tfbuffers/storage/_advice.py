@@ -33,7 +33,6 @@ class Advice:
     def __init__(self, mapped: mmap.mmap, first: int, row_bytes: int) -> None:
         self.mapped, self.first, self.row_bytes = mapped, first, row_bytes
         self.asking = 0  # gathers left that ask first
-        self.asked = 0  # calls made (runs of rows asked for), for the tests and the curious
 
     def gather(self, array: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """`np.take(array, rows, axis=0)`, asking for the rows' pages first while the files are cold."""
@@ -67,7 +66,6 @@ class Advice:
         breaks = np.flatnonzero(np.diff(flat) != 1) + 1
         for start, stop in zip(flat[np.r_[0, breaks]].tolist(), (flat[np.r_[breaks - 1, -1]] + 1).tolist()):
             self.will_need_run(start, stop)
-            self.asked += 1
 
     def will_need_run(self, first_row: int, stop_row: int) -> None:
         """`MADV_WILLNEED` for the pages of rows `[first_row, stop_row)`."""
