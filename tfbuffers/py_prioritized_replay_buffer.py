@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -147,8 +147,6 @@ class PyPrioritizedReplayBuffer(PyUniformReplayBuffer):
             self._check_open()
             added = self._table.added
             ids, priorities = prioritized.check_update(ids, priorities, added * self._batch_size)
-            rows, values, skipped = prioritized.stored_updates(
-                self._backend, ids, priorities, added, self._max_length, self._batch_size
-            )
-            self._sampler.on_update_priorities(rows, values)
+            sampler = cast(sampling.PrioritizedSampler, self._sampler)
+            skipped = sampler.update_stored(self._backend, ids, priorities, added)
         return np.int64(skipped)

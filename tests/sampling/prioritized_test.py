@@ -343,3 +343,76 @@ def test_a_prioritized_samplers_max_priority_is_read_and_only_ever_raised():
     buffer.clear()
     assert sampler.max_priority == 1.0
     assert not hasattr(tfbuffers.PyUniformReplayBuffer(spec, capacity=2).sampler, "max_priority")  # keeps none
+
+
+def _draws_and_updates(directory, storage, mode, batch_size, max_length, num_steps, sample_batch_size):
+    """Every `get_next` and `update_priorities` result of a seeded py prioritized run, and its state at the end.
+
+    Adds go past the ring's end (overwrites, updates of overwritten frames skipped), updates repeat ids and set
+    priorities of 0, and with a short ring the newest rows (left out of windows of `num_steps`) hold much of the
+    weight, so that draws land there and are drawn again.
+    """
+    spec = {"x": tf.TensorSpec([], tf.int64)}
+    options = {"directory": directory} if storage == "memmap" else {}
+    buffer = tfbuffers.PyPrioritizedReplayBuffer(
+        spec, batch_size=batch_size, max_length=max_length, seed=3, priority_exponent=0.7, **options
+    )
+    get_next, update = buffer.get_next, buffer.update_priorities
+    if mode == "function":
+        get_next = tf.function(lambda: buffer.get_next(sample_batch_size, num_steps))
+        update = tf.function(buffer.update_priorities)
+    rng = np.random.default_rng(1)
+    results = []
+    for add in range(3 * max_length):
+        buffer.add_batch({"x": np.arange(batch_size, dtype=np.int64) + 100 * add})
+        if add % 5 != 4:
+            continue
+        items, info = get_next() if mode == "function" else get_next(sample_batch_size, num_steps)
+        results.append([np.asarray(items["x"]), np.asarray(info.ids), np.asarray(info.probabilities)])
+        firsts = np.asarray(info.ids)[:, 0] if num_steps else np.asarray(info.ids)
+        ids = np.concatenate([firsts, rng.integers(0, (add + 1) * batch_size, 12), firsts[:3]])
+        priorities = rng.uniform(0.0, 3.0, ids.size)
+        priorities[rng.random(ids.size) < 0.2] = 0.0
+        priorities[-1] = 40.0 if add % 10 == 4 else priorities[-1]  # the newest rows' weight, raised for later adds
+        results.append(
+            int(update(tf.constant(ids), tf.constant(priorities)) if mode == "function" else update(ids, priorities))
+        )
+        results.append(buffer.sampler.max_priority)
+    state = buffer.state()
+    results.append([state.extras["priority"], buffer.sampler._tree().copy()])
+    buffer.close()
+    return results
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("storage", ["ram", "memmap"])
+@pytest.mark.parametrize(
+    ("batch_size", "max_length", "num_steps", "sample_batch_size"),
+    [(1, 8, 2, 5), (3, 10, 3, 16), (2, 16, None, 7), (4, 50, 2, 64)],
+)
+def test_the_compiled_host_draws_and_updates_are_the_numpy_steps_exactly(
+    monkeypatch, tmp_path, mode, storage, batch_size, max_length, num_steps, sample_batch_size
+):
+    # The py prioritized buffer's get_next and update_priorities run in one compiled call each where numba imports
+    # (tfbuffers.sampling._tree_kernels: draw_windows, update_stored); without it, in numpy steps. The same seed
+    # gives the same windows, ids, probabilities, skipped counts, largest priority, priorities and tree.
+    from tfbuffers.sampling import _sum_tree, _tree_kernels
+
+    sizes = (batch_size, max_length, num_steps, sample_batch_size)
+    assert _tree_kernels.KERNELS is not None
+    monkeypatch.setattr(_sum_tree, "_COMPILED", [_tree_kernels.KERNELS])
+    redraws = []
+    redraw_masked = _sum_tree.redraw_masked
+    monkeypatch.setattr(_sum_tree, "redraw_masked", lambda *args: redraws.append(1) or redraw_masked(*args))
+    compiled = _draws_and_updates(tmp_path / "compiled", storage, mode, *sizes)
+    assert (len(redraws) > 0) == (num_steps is not None)  # draws landed in the newest rows, and were drawn again
+    monkeypatch.setattr(_sum_tree, "_COMPILED", [None])
+    steps = _draws_and_updates(tmp_path / "steps", storage, mode, *sizes)
+    assert len(compiled) == len(steps) == 3 * len(range(4, 3 * max_length, 5)) + 1
+    for got, expected in zip(compiled, steps):
+        if isinstance(expected, list):
+            for a, b in zip(got, expected):
+                np.testing.assert_array_equal(a, b)
+        else:
+            assert got == expected
+    assert sum(compiled[1:-1:3]) > 0  # updates of overwritten frames were made, and skipped

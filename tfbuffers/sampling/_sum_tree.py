@@ -28,7 +28,9 @@ rounding of the sums, a draw always ends on an unmasked leaf above 0.
 
 The numpy buffers run the descent and the recomputation of ancestors in numba's
 compiled loops (`tfbuffers.sampling._tree_kernels`: `find_numpy`, `update_numpy`,
-`recompute_ancestors_numpy`), one call each for a whole batch. Where numba does not
+`recompute_ancestors_numpy`), one call each for a whole batch; the py prioritized
+buffer's `get_next` and `update_priorities` run whole in one compiled call each
+(`PrioritizedSampler._sample_compiled`, `update_stored`), the same draws as these steps. Where numba does not
 import, they take vectorised numpy steps (`find_steps`, `recompute_steps`). In numpy
 each call costs a microsecond or more whatever its size, so `find_steps` takes fewer,
 larger steps: one running sum over a whole level near
@@ -287,7 +289,7 @@ def update_numpy(
         set_leaves_numpy(tree, capacity, leaves, values)
         recompute_steps(tree, capacity, leaves)
     else:
-        kernels[2](
+        kernels.update(
             tree, depth(capacity), np.ascontiguousarray(leaves, np.int64), np.ascontiguousarray(values, np.float64)
         )
 
@@ -309,7 +311,7 @@ def recompute_ancestors_numpy(tree: np.ndarray, capacity: int, leaves: np.ndarra
     if kernels is None:
         recompute_steps(tree, capacity, leaves)
     else:
-        kernels[1](tree, depth(capacity), np.ascontiguousarray(leaves, np.int64))
+        kernels.recompute(tree, depth(capacity), np.ascontiguousarray(leaves, np.int64))
 
 
 def recompute_steps(tree: np.ndarray, capacity: int, leaves: np.ndarray) -> None:
@@ -355,7 +357,7 @@ def find_numpy(tree: np.ndarray, capacity: int, targets: np.ndarray) -> np.ndarr
     if kernels is None:
         return find_steps(tree, capacity, targets)
     leaves = np.empty(targets.size, np.int64)
-    kernels[0](tree, depth(capacity), np.ascontiguousarray(targets, np.float64), leaves)
+    kernels.find(tree, depth(capacity), np.ascontiguousarray(targets, np.float64), leaves)
     return leaves
 
 
@@ -460,20 +462,27 @@ def draw_numpy(tree: np.ndarray, capacity: int, uniforms: Any, shape: list[int],
     The tree must have an unmasked leaf above 0 (`unmasked_total`'s count > 0).
     """
     count = int(np.prod(shape, dtype=np.int64))
+    leaves = find_numpy(tree, capacity, uniforms(count) * tree[1, SUM])
+    if leaf_mask is not None:
+        redraw_masked(tree, capacity, uniforms, leaves, leaf_mask)
+    return leaves.reshape(shape)
+
+
+def redraw_masked(tree: np.ndarray, capacity: int, uniforms: Any, leaves: np.ndarray, leaf_mask: Mask) -> None:
+    """Draws again, in place, the `leaves` (1-D) that lie in `leaf_mask`: `draw_numpy`'s rejection rounds.
+
+    Twice over the whole tree, then any still masked by the descent that leaves the mask out.
+    """
     root = tree[1, SUM]
-    leaves = find_numpy(tree, capacity, uniforms(count) * root)
-    if leaf_mask is None:
-        return leaves.reshape(shape)
     for round_ in range(_REDRAWS + 1):
         masked = np.flatnonzero((leaves - leaf_mask.start) % capacity < leaf_mask.length)
         if not masked.size:
-            break
+            return
         if round_ < _REDRAWS:
             leaves[masked] = find_numpy(tree, capacity, uniforms(masked.size) * root)
         else:  # the mask holds most of the weight: descend around it
             total, _ = unmasked_total(NUMPY, tree, leaf_mask)
             leaves[masked] = find(NUMPY, tree, capacity, uniforms(masked.size) * total, leaf_mask)
-    return leaves.reshape(shape)
 
 
 def update_variable(

@@ -1,5 +1,9 @@
 """Compiled (numba) loops for the numpy sum tree: a draw's descent and the recomputation of ancestors.
 
+And the py prioritized buffer's two hot calls whole (`draw_windows`, `update_stored`): a `get_next` and an
+`update_priorities` of 256 are each a few dozen numpy calls of a few microseconds on 256 numbers; compiled,
+one call each.
+
 `tfbuffers.sampling._sum_tree` calls these where numba imports, and its vectorised numpy
 steps where it does not (or where `TFBUFFERS_NUMBA=0` is set). Both compute the same
 thing: the same leaf for the same target (the descent steps into a child only if
@@ -20,7 +24,7 @@ later processes load them in a fraction of that.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,7 +95,104 @@ def update(tree: np.ndarray, levels: int, leaves: np.ndarray, values: np.ndarray
     recompute(tree, levels, leaves)
 
 
-def _load() -> Any:
+@_jit
+def masked_totals(tree: np.ndarray, levels: int, start: int, length: int, capacity: int) -> tuple[float, float]:
+    # (sum, positive count) of leaves [start, start + length) modulo capacity, summed in that order (as
+    # `_sum_tree.mask`'s running sums are).
+    size = 1 << levels
+    total = 0.0
+    positive = 0.0
+    for k in range(length):
+        leaf = size + (start + k) % capacity
+        total += tree[leaf, 0]
+        positive += tree[leaf, 1]
+    return total, positive
+
+
+@_jit
+def draw_windows(
+    tree: np.ndarray,
+    levels: int,
+    targets: np.ndarray,
+    mask_start: int,
+    mask_length: int,
+    first_add: int,
+    max_length: int,
+    batch_size: int,
+    leaves: np.ndarray,
+    weights: np.ndarray,
+    ids: np.ndarray,
+    rows: np.ndarray,
+) -> int:
+    # One descent per target (`find`), each leaf within the ring's rows; its weight; the ids and rows of the
+    # window of `ids.shape[1]` frames it starts (`_ring.ids_of_rows`, `window_ids_and_rows`, for a ring whose
+    # oldest stored add is `first_add`). Returns how many leaves lie in the mask: the caller draws those again.
+    capacity = max_length * batch_size
+    find(tree, levels, targets, leaves)
+    size = 1 << levels
+    masked = 0
+    for i in range(targets.shape[0]):
+        leaf = min(leaves[i], capacity - 1)
+        leaves[i] = leaf
+        if (leaf - mask_start) % capacity < mask_length:
+            masked += 1
+        weights[i] = tree[size + leaf, 0]
+        add = first_add + (leaf // batch_size - first_add % max_length) % max_length
+        first = add * batch_size + leaf % batch_size
+        for step in range(ids.shape[1]):
+            ids[i, step] = first + step * batch_size
+            rows[i, step] = ids[i, step] % capacity
+    return masked
+
+
+@_jit
+def update_stored(
+    tree: np.ndarray,
+    levels: int,
+    values: np.ndarray,
+    ids: np.ndarray,
+    priorities: np.ndarray,
+    weights: np.ndarray,
+    first_add: int,
+    max_length: int,
+    batch_size: int,
+) -> tuple[int, float]:
+    # `update_priorities` of checked `ids` (each below the next id): the frames still stored (adds from
+    # `first_add` on) get their priority and leaf weight, in order (an id given twice takes its last), then
+    # the ancestors of those leaves are recomputed. Returns (how many were skipped, the largest priority they
+    # now have; 0.0 if none).
+    size = 1 << levels
+    capacity = max_length * batch_size
+    kept = np.empty(ids.shape[0], np.int64)
+    count = 0
+    largest = 0.0
+    for i in range(ids.shape[0]):
+        if ids[i] // batch_size < first_add:
+            continue
+        row = ids[i] % capacity
+        values[row] = priorities[i]
+        tree[size + row, 0] = weights[i]
+        tree[size + row, 1] = 1.0 if weights[i] > 0 else 0.0
+        kept[count] = row
+        count += 1
+    for j in range(count):  # each row's last priority
+        largest = max(largest, values[kept[j]])
+    recompute(tree, levels, kept[:count])
+    return ids.shape[0] - count, largest
+
+
+class Kernels(NamedTuple):
+    """The compiled loops."""
+
+    find: Any
+    recompute: Any
+    update: Any
+    masked_totals: Any
+    draw_windows: Any
+    update_stored: Any
+
+
+def _load() -> Kernels | None:
     """The compiled functions, each compiled (or loaded from the cache) now on a tree of 4 leaves; or None."""
     if _NUMBA is None:
         return None
@@ -99,8 +200,14 @@ def _load() -> Any:
     update(tree, 2, np.arange(4, dtype=np.int64), np.ones(4))
     recompute(tree, 2, np.zeros(1, np.int64))
     find(tree, 2, np.zeros(1), np.zeros(1, np.int64))
-    return find, recompute, update
+    masked_totals(tree, 2, 0, 1, 4)
+    one = np.zeros(1, np.int64)
+    draw_windows(
+        tree, 2, np.zeros(1), 0, 0, 0, 4, 1, one, np.zeros(1), np.zeros([1, 2], np.int64), np.zeros([1, 2], np.int64)
+    )
+    update_stored(tree, 2, np.zeros(4), one, np.ones(1), np.ones(1), 0, 4, 1)
+    return Kernels(find, recompute, update, masked_totals, draw_windows, update_stored)
 
 
 KERNELS = _load()
-"""`(find, recompute, update)`, compiled, or None where numba is not used."""
+"""The compiled loops (`Kernels`), or None where numba is not used."""

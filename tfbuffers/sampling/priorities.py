@@ -126,6 +126,30 @@ class Priorities:
             self._largest_changed(float(priorities.max()))
         return []
 
+    def update_stored(
+        self, kernels: Any, ids: np.ndarray, priorities: np.ndarray, weights: np.ndarray, first_add: int
+    ) -> int:
+        """Host: `on_update` of checked frame `ids` in one compiled call; returns how many were skipped.
+
+        The ids from add `first_add` on (still stored) get their `priorities` and leaf `weights` in order (an id
+        given twice takes its last), and their ancestors are recomputed.
+        """
+        self._refresh()
+        skipped, largest = kernels.update_stored(
+            self._tree,
+            _sum_tree.depth(self.capacity),
+            self.values,
+            ids,
+            priorities,
+            weights,
+            first_add,
+            self.capacity // self._batch_size,
+            self._batch_size,
+        )
+        if largest > self._max_priority:
+            self._largest_changed(float(largest))
+        return int(skipped)
+
     def raise_largest(self, priority: float) -> None:
         """Host: new frames get `priority` if it is larger than the largest so far (several rings share it)."""
         if priority > self._max_priority:

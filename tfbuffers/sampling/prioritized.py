@@ -167,6 +167,9 @@ class PrioritizedSampler(Sampler):
         tree, capacity = self._tree(), self.batch_size * self.max_length
         newest = backend.ops.minimum((num_steps or 1) - 1, added)  # adds whose windows would run past the newest
         masked_rows = _ring.block_start(added - newest, self.max_length, self.batch_size)
+        kernels = None if backend is TENSORFLOW or self._episodes_apply(num_steps) else _sum_tree.compiled()
+        if kernels is not None:
+            return self._sample_compiled(kernels, backend, tree, added, shape, num_steps, masked_rows, newest)
         leaf_mask = (
             None
             if (num_steps or 1) == 1
@@ -186,6 +189,67 @@ class PrioritizedSampler(Sampler):
         weights = backend.tree.nodes(tree, _sum_tree.leaf_count(capacity) + rows)[..., _sum_tree.SUM]
         ids, rows = self._windows_from(backend, rows, added, num_steps)
         return Sample(ids, rows, backend.float32(weights / total), positive > 0, no_priority, total)
+
+    def _sample_compiled(
+        self,
+        kernels: Any,
+        backend: Backend,
+        tree: np.ndarray,
+        added: Any,
+        shape: list[int],
+        num_steps: int | None,
+        masked_rows: Any,
+        newest: Any,
+    ) -> Sample:
+        """`sample` on the host in two compiled calls (`tfbuffers.sampling._tree_kernels`), the same draws.
+
+        The same uniforms in the same order as the numpy steps (`_sum_tree.draw_numpy`), the same descent, the
+        same windows: the mask's totals, then every descent with its weight, window ids and rows in one call.
+        Draws that land in the mask (the newest adds: seldom) are drawn again as `draw_numpy` does.
+        """
+        capacity, levels = self.batch_size * self.max_length, _sum_tree.depth(self.batch_size * self.max_length)
+        start, length = int(masked_rows), int(newest) * self.batch_size
+        masked_sum, masked_positive = kernels.masked_totals(tree, levels, start, length, capacity)
+        total, positive = tree[1, _sum_tree.SUM] - masked_sum, tree[1, _sum_tree.POSITIVE] - masked_positive
+        no_priority = NO_PRIORITY.format(buffer=self.buffer_name)
+        backend.require(positive > 0, no_priority)
+        count, steps = (shape[0] if shape else 1), num_steps or 1
+
+        def uniforms(size: int) -> np.ndarray:
+            return backend.uniform_floats([size], [])
+
+        targets = uniforms(count) * tree[1, _sum_tree.SUM]
+        leaves, weights = np.empty(count, np.int64), np.empty(count)
+        ids, rows = np.empty([count, steps], np.int64), np.empty([count, steps], np.int64)
+        first_add = int(_ring.oldest_add(backend.ops, added, self.max_length))
+        sizes = (first_add, self.max_length, self.batch_size)
+        if kernels.draw_windows(tree, levels, targets, start, length, *sizes, leaves, weights, ids, rows):
+            leaf_mask = _sum_tree.mask(backend.tree, tree, capacity, masked_rows, length)
+            _sum_tree.redraw_masked(tree, capacity, uniforms, leaves, leaf_mask)
+            leaves = np.minimum(leaves, capacity - 1)
+            weights = tree[_sum_tree.leaf_count(capacity) + leaves, _sum_tree.SUM]
+            ids, rows = self._windows_from(backend, leaves, added, steps)
+        outer = shape + ([] if num_steps is None else [num_steps])
+        probabilities = np.asarray(weights.reshape(shape) / total, np.float32)
+        return Sample(ids.reshape(outer), rows.reshape(outer), probabilities, positive > 0, no_priority, total)
+
+    def update_stored(self, backend: Backend, ids: np.ndarray, priorities: np.ndarray, added: Any) -> Any:
+        """Host: `update_priorities` of checked `ids` and `priorities` (`priorities.check_update`); the ids skipped.
+
+        The frames still stored get their priorities (an id given twice takes its last); in one compiled call
+        where it applies (numba, no record of episode ends), else by `priorities.stored_updates` and
+        `on_update_priorities`.
+        """
+        kernels = _sum_tree.compiled() if self._episode_record is None else None
+        if kernels is None:
+            rows, values, skipped = priorities_lib.stored_updates(
+                backend, ids, priorities, added, self.max_length, self.batch_size
+            )
+            self.on_update_priorities(rows, values)
+            return skipped
+        weights = priorities_lib.leaf_weights(priorities, self.priority_exponent)
+        first_add = int(_ring.oldest_add(backend.ops, added, self.max_length))
+        return self._priorities().update_stored(kernels, ids, priorities, weights, first_add)
 
     def _draw(
         self, backend: Backend, tree: Any, shape: list[int], checks: list[Any], total: Any, leaf_mask: Any
