@@ -88,8 +88,8 @@ def check_prioritized_replay(namespace: dict[str, Any], printed: str, figures: l
     np.testing.assert_allclose(weights, reference / reference.max(), rtol=1e-6)
     assert weights.max() == 1.0
     assert {label: curve[0] for label, curve in namespace["curves"].items()} == {
-        "uniform": [0, 100, 200],
-        "prioritized": [0, 100, 200],
+        "uniform": [0, 50, 100],
+        "prioritized": [0, 50, 100],
     }
     assert len(figures) == 2
 

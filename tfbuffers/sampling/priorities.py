@@ -287,11 +287,15 @@ def check_update(ids: Any, priorities: Any, next_id: int | None) -> tuple[np.nda
     if ids.shape != priorities.shape:
         raise ValueError(SHAPES_DIFFER.format(expected=list(ids.shape), received=list(priorities.shape)))
     ids, priorities = ids.reshape(-1).astype(np.int64), priorities.reshape(-1).astype(np.float64)
-    bad = np.flatnonzero(~np.isfinite(priorities) | (priorities < 0))
-    if bad.size:
+    if not ids.size:
+        return ids, priorities
+    # Two reductions each where all is well (a NaN makes the smallest NaN, which fails the comparison); the first
+    # bad one found only where one is.
+    if not (priorities.min() >= 0 and priorities.max() < np.inf):
+        bad = np.flatnonzero(~np.isfinite(priorities) | (priorities < 0))
         raise ValueError(NOT_A_PRIORITY.format(value=priorities[bad[0]], index=int(bad[0])))
-    bad = np.flatnonzero((ids < 0) | (ids >= next_id)) if next_id is not None else np.zeros(0, np.int64)
-    if bad.size:
+    if next_id is not None and not (ids.min() >= 0 and ids.max() < next_id):
+        bad = np.flatnonzero((ids < 0) | (ids >= next_id))
         raise ValueError(NEVER_STORED.format(next_id=next_id, value=ids[bad[0]], index=int(bad[0])))
     return ids, priorities
 
