@@ -182,14 +182,14 @@ def _observation_file(directory: pathlib.Path) -> pathlib.Path:
 
 def _gather_step(path: pathlib.Path, rng: np.random.Generator) -> Callable[[], int]:
     rows = np.load(path, mmap_mode="r")
-    # Windows of adjacent rows (one contiguous run each), not the buffer's (its segments' frames interleave, so a
-    # window's rows are NUM_ENVS apart): the reference's reads are each one piece, at least as kind to the disk.
+    # The buffer's windows: the segments' frames interleave (step t of segment b at row t * NUM_ENVS + b), so a
+    # window's rows are NUM_ENVS apart.
     length = rows.shape[0] // NUM_ENVS
 
     def step() -> int:
         segments = rng.integers(0, NUM_ENVS, BATCH)
         starts = rng.integers(0, length - NUM_STEPS + 1, BATCH)
-        index = (segments * length + starts)[:, None] + np.arange(NUM_STEPS)
+        index = (starts * NUM_ENVS + segments)[:, None] + np.arange(NUM_STEPS) * NUM_ENVS
         np.take(rows, index.ravel(), axis=0)
         return BATCH * NUM_STEPS
 
