@@ -156,7 +156,7 @@ def check_offline_and_hindsight(namespace: dict[str, Any], printed: str, figures
     curves = namespace["curves"]
     assert sorted(curves) == ["DQN", "DQN + HER (future, 0.8)"]
     for curve in curves.values():
-        assert [iteration for iteration, _ in curve] == [0, 40, 80, 120, 160, 200]
+        assert [iteration for iteration, _ in curve] == [0, 20, 40, 60, 80, 100]
         assert all(rate in {k / 20 for k in range(21)} for _, rate in curve)  # shares of 20 episodes
     assert len(figures) == 2
 
