@@ -50,6 +50,7 @@ import pathlib
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -224,6 +225,7 @@ from _bench.measure import (  # noqa: E402
     executed_ops,
     graph_ops,
 )
+from _bench.memory import TreeMemory  # noqa: E402
 from _bench.names import OwnEnvPeer  # noqa: E402
 from _bench.own_env import peer_python, peer_rates  # noqa: E402
 from _bench.report import machine, markdown, plot, ratios, summarize  # noqa: E402
@@ -247,7 +249,12 @@ from tqdm.auto import tqdm  # noqa: E402
 
 
 def run_workload(
-    workload: Workload, repetitions: int, quick: bool, progress: bool, classes: list[type[System]]
+    workload: Workload,
+    repetitions: int,
+    quick: bool,
+    progress: bool,
+    classes: list[type[System]],
+    phase: Callable[[str], None] = lambda label: None,
 ) -> dict[str, Any]:
     """Builds, fills and measures each system of `classes` in turn, `repetitions` times, and frees it before the next.
 
@@ -260,6 +267,7 @@ def run_workload(
     process's high-water mark from 6.1 to 10.7 GB, 2026-12-02), and what it leaves is not left to the next system.
     A `quick` run spawns one process for all the workload's peers, which run there in turn: one TensorFlow import,
     not one a peer (each costs 5 to 10 s here), so a later peer's `own_process_peak_bytes` includes an earlier's.
+    `phase(label)` is told which system (or peers' process) runs next (`TreeMemory.phase`).
     """
     classes = [cls for cls in classes if cls.applies(workload)]
     frames = {cls.name: min(workload.frames, cls.max_frames or workload.frames) for cls in classes}
@@ -268,6 +276,7 @@ def run_workload(
     with tqdm(total=len(classes) * (1 + repetitions), desc=f"{workload.name}", disable=not progress) as bar:
         for group in [peers] if quick and peers else [[name] for name in peers]:
             bar.set_postfix_str(f"{', '.join(group)}: in a process apart")
+            phase(f"{workload.name}: {', '.join(group)}")
             measured |= _in_a_process(group, workload, frames, repetitions, quick)
             for name in group:
                 measured[name]["peaks"] |= _resident_peaks()
@@ -275,6 +284,7 @@ def run_workload(
         batches = numpy_batches(workload, 64)
         for cls in classes:
             if not cls.own_process:
+                phase(f"{workload.name}: {cls.name}")
                 measured[cls.name] = run_system(cls, workload, frames[cls.name], batches, repetitions, quick, bar)
                 measured[cls.name]["peaks"] = _resident_peaks()
         del batches
@@ -512,6 +522,51 @@ def beyond_cache(args: argparse.Namespace, command: str, output_dir: pathlib.Pat
     return 0
 
 
+def run_workloads(
+    args: argparse.Namespace,
+    results: dict[str, Any],
+    classes: list[type[System]],
+    apart: list[tuple[OwnEnvPeer, pathlib.Path, list[str]]],
+    phase: Callable[[str], None],
+) -> None:
+    """Each workload of `args` in turn: the local systems, the peers in their own environments, the actors."""
+    repetitions, actor_counts, actor_seconds = args.repetitions, args.actors, args.actor_seconds
+    for name in args.workloads:
+        workload = WORKLOADS[name]
+        if args.quick or args.frames:
+            workload = dataclasses.replace(workload, frames=args.frames or QUICK_FRAMES[name])
+        results["workloads"][name] = run_workload(
+            workload, repetitions, args.quick, not args.no_progress, classes, phase
+        )
+        for peer, python, asked in apart:
+            phase(f"{name}: {peer.name}")
+            mark = time.perf_counter()
+            answer = peer_rates(peer, python, workload, asked, repetitions, args.quick)
+            results["workloads"][name]["seconds"][peer.name] = time.perf_counter() - mark
+            results["workloads"][name]["peaks_after"][peer.name] = _resident_peaks()
+            for package, version in answer.items():  # its versions (flashbax_jax, torchrl_torch, ...) and peak memory
+                if package != "rates":
+                    results["workloads"][name][f"{peer.key}_{package}"] = version
+            for system in asked:
+                for measure, values in answer["rates"][system].items():
+                    results["workloads"][name]["measures"][measure][system] = summarize(values)
+        backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
+        if actor_counts and backends:
+            rates = {}
+            for backend in backends:
+                phase(f"{name}: {backend} actors")
+                mark = time.perf_counter()
+                progress = not args.no_progress
+                rates[backend] = actor_rates(backend, workload, actor_counts, actor_seconds, args.quick, progress)
+                results["workloads"][name]["seconds"][f"{backend} actors"] = time.perf_counter() - mark
+                results["workloads"][name]["peaks_after"][f"{backend} actors"] = _resident_peaks()
+            phase(f"{name}: the local learner")
+            rates["tfbuffers py"] = {"learner": local_learner_rate(workload, args.quick)}
+            results["workloads"][name]["actors"] = rates
+        results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
+        results["workloads"][name] |= _resident_peaks()  # after the workload's peers and actors
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and writes its outputs."""
     args = parse_args(argv)
@@ -524,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         output_dir.mkdir(parents=True, exist_ok=True)
         command = " ".join(["python", "scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
         return sweep(args, command, output_dir)
-    repetitions, actor_counts, actor_seconds = args.repetitions, args.actors, args.actor_seconds
+    repetitions = args.repetitions
     output_dir = pathlib.Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -552,35 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in left_out.items():
         print(f"Left out {name}: {reason}.")
     started = time.perf_counter()
-    for name in args.workloads:
-        workload = WORKLOADS[name]
-        if args.quick or args.frames:
-            workload = dataclasses.replace(workload, frames=args.frames or QUICK_FRAMES[name])
-        results["workloads"][name] = run_workload(workload, repetitions, args.quick, not args.no_progress, classes)
-        for peer, python, asked in apart:
-            mark = time.perf_counter()
-            answer = peer_rates(peer, python, workload, asked, repetitions, args.quick)
-            results["workloads"][name]["seconds"][peer.name] = time.perf_counter() - mark
-            results["workloads"][name]["peaks_after"][peer.name] = _resident_peaks()
-            for package, version in answer.items():  # its versions (flashbax_jax, torchrl_torch, ...) and peak memory
-                if package != "rates":
-                    results["workloads"][name][f"{peer.key}_{package}"] = version
-            for system in asked:
-                for measure, values in answer["rates"][system].items():
-                    results["workloads"][name]["measures"][measure][system] = summarize(values)
-        backends = [backend for backend in args.actor_backends if importlib.util.find_spec(ACTOR_BACKENDS[backend])]
-        if actor_counts and backends:
-            rates = {}
-            for backend in backends:
-                mark = time.perf_counter()
-                progress = not args.no_progress
-                rates[backend] = actor_rates(backend, workload, actor_counts, actor_seconds, args.quick, progress)
-                results["workloads"][name]["seconds"][f"{backend} actors"] = time.perf_counter() - mark
-                results["workloads"][name]["peaks_after"][f"{backend} actors"] = _resident_peaks()
-            rates["tfbuffers py"] = {"learner": local_learner_rate(workload, args.quick)}
-            results["workloads"][name]["actors"] = rates
-        results["workloads"][name]["ratios"] = ratios(results["workloads"][name])
-        results["workloads"][name] |= _resident_peaks()  # after the workload's peers and actors
+    with TreeMemory() as tree:
+        run_workloads(args, results, classes, apart, tree.phase)
+    # The run's processes summed (this one, the peers', Ray's, the actors'), sampled every half second.
+    results["tree_memory_peaks"] = tree.peaks()
     results["seconds"] = time.perf_counter() - started
     table = markdown(results)
     omitted = "".join(f"Left out {name}: {reason}.\n\n" for name, reason in left_out.items())

@@ -129,7 +129,19 @@ def markdown(results: dict[str, Any]) -> str:
                 ratio = resident[0] / resident[1]
                 lines.append(f"| resident bytes/frame (RSS) | {ours} / {theirs} | {_ratio(ratio)} |")
         lines.append("")
+    if results.get("tree_memory_peaks"):
+        lines += [tree_memory_line(results["tree_memory_peaks"]), ""]
     return "\n".join(lines)
+
+
+def tree_memory_line(peaks: dict[str, dict[str, Any]]) -> str:
+    """What the run's processes held at most, summed (`TreeMemory`): proportionally (each page once) and by RSS."""
+    parts = [
+        f"{label} {peak['bytes'] / 1e9:.2f} GB during {peak['during']} ({peak['processes']} processes)"
+        for key, label in (("pss", "proportional (PSS, each page once)"), ("rss", "resident sets (RSS)"))
+        if (peak := peaks.get(key)) is not None
+    ]
+    return "The run's processes summed, at most: " + "; ".join(parts) + "."
 
 
 def plot(results: dict[str, Any], path: pathlib.Path) -> None:

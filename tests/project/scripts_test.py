@@ -695,6 +695,44 @@ def test_quick_benchmark_completes_and_writes_its_outputs(tmp_path, capsys, monk
     # Which stack it ran on, in the results and on the results page: the two supported stacks differ in speed.
     stack = f"Python {sys.version.split()[0]}, tensorflow {tf.__version__}, numpy {np.__version__}, tf-agents 0.19.0"
     assert stack in results["machine"] and results["machine"] in table
+    # The run's processes summed (this one, the peers', the actors', Ray's): each page once (PSS) and by RSS.
+    peaks = results["tree_memory_peaks"]
+    assert set(peaks) == {"rss", "pss"}
+    assert peaks["rss"]["bytes"] >= peaks["pss"]["bytes"] > 100 * 2**20  # a TensorFlow process at least
+    assert all(peak["during"].startswith("control: ") and peak["processes"] >= 1 for peak in peaks.values())
+    summed = f"{peaks['pss']['bytes'] / 1e9:.2f} GB during {peaks['pss']['during']}"
+    assert f"The run's processes summed, at most: proportional (PSS, each page once) {summed}" in table
+
+
+def test_the_tree_memory_counts_a_childs_pages_in_both_sums():
+    """`TreeMemory` sums a process and its children: a child's written pages raise both sums by at least their size.
+
+    Run in a fresh process, whose only child is the one made here (a test worker may hold Ray's processes).
+    """
+    import subprocess
+
+    size = 256 * 2**20
+    child = f"import sys; block = bytes([1]) * {size}; print('held', flush=True); sys.stdin.read()"
+    script = f"""
+import json, subprocess, sys
+sys.path.insert(0, {str(SCRIPTS)!r})
+from _bench.memory import TreeMemory
+with TreeMemory(interval=0.05) as tree:
+    before = tree.peaks()
+    tree.phase("the child")
+    child = subprocess.Popen([sys.executable, "-c", {child!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"held\\n"
+    tree.sample()
+    child.communicate(b"")
+print(json.dumps([before, tree.peaks()]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    before, after = json.loads(done.stdout)
+    assert set(before) == set(after) == {"rss", "pss"}
+    for key in ("rss", "pss"):
+        assert before[key]["during"] == "start" and before[key]["processes"] == 1
+        assert after[key]["during"] == "the child" and after[key]["processes"] == 2
+        assert after[key]["bytes"] - before[key]["bytes"] >= size
 
 
 def test_the_atari_workload_stores_frame_stacks_and_compares_them(tmp_path):
