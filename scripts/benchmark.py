@@ -23,7 +23,8 @@ peer (TF-Agents' buffers, cpprb) runs first, in a new process of its own (--quic
 the median and the range are reported, and ratios are tfbuffers / peer from the same run.
 Sampling is measured through the Python iterator, inside a learner's compiled loop, and by
 direct `get_next`; for the TF systems, the ops one in-graph sample and add run are counted
-too. Where the time went is in results.json (`phase_seconds`). Then --actors processes add to one
+too. Where the time went is in results.json (`phase_seconds`), and what the run's processes held at
+most, summed (`tree_memory_peaks`: by RSS and by PSS, a shared page once). Then --actors processes add to one
 shared buffer at once, a Reverb server and a Ray-hosted buffer (--actor-backends), and a learner
 samples each through `as_dataset`. Flashbax's uniform and prioritized trajectory buffers (JAX on the
 CPU) run in a process of their own environment (--flashbax-env, made by --flashbax-setup), on the
