@@ -9,6 +9,10 @@
   dimension that TF-Agents makes users add by hand) or batched from a
   `BatchedPyEnvironment`.
 
+Both take a block of steps too, leaves `[batch_size, T, ...]` (a rollout of `T`
+steps of each environment, an n-step collector's output): one `extend`, one
+write per field, instead of `T` adds. A `RayWriter` takes them as one call.
+
 >>> import tfbuffers, tensorflow as tf
 >>> buffer = tfbuffers.PyUniformReplayBuffer({"x": tf.TensorSpec([2], tf.float32)}, capacity=10)
 >>> observer = PyObserver(buffer)
@@ -32,7 +36,10 @@ WRONG_BATCH_SIZE = (
     "{observer}: the driver's trajectories have batch size {received} but the buffer has batch_size={expected} "
     "(one segment per environment): create the buffer with batch_size=env.batch_size"
 )
-UNKNOWN_RANK = "{observer}: {path}: expected rank {unbatched} (one environment) or {batched} (batched), got {received}"
+UNKNOWN_RANK = (
+    "{observer}: {path}: expected rank {unbatched} (one environment), {batched} (batched) or {block} (a block of "
+    "steps, [batch_size, T, ...]), got {received}"
+)
 NOT_A_BUFFER = "{observer}: expected a tfbuffers.ReplayBuffer, got {received}"
 NOT_A_BUFFER_OR_WRITER = "{observer}: expected a tfbuffers.ReplayBuffer or RayWriter, got {received}"
 WRONG_WRITER_SIZE = (
@@ -88,6 +95,9 @@ class TFObserver:
         if leaves:
             shape = tf.TensorShape(getattr(leaves[0], "shape", np.shape(leaves[0])))
             _check_batch_size("TFObserver", self._buffer, shape[0] if shape.rank else None)
+            fields = self._buffer.fields
+            if fields and shape.rank is not None and shape.rank == fields[0][1].shape.rank + 2:
+                return self._buffer.extend(trajectory)  # a block of T steps per environment, [B, T, ...]
         return self._buffer.add_batch(trajectory)
 
 
@@ -96,7 +106,8 @@ class PyObserver:
 
     A trajectory whose leaves have the rank of the buffer's spec comes from one
     environment and gets a batch dimension of 1; one with an extra leading
-    dimension comes from a batched environment and is added as it is.
+    dimension comes from a batched environment and is added as it is; one with
+    two, `[batch_size, T, ...]`, is a block of `T` steps, added by `extend`.
     """
 
     def __init__(self, buffer: Any) -> None:
@@ -141,7 +152,7 @@ class PyObserver:
             leaves = [x[None] if isinstance(x, np.ndarray | np.generic) or tf.is_tensor(x) else [x] for x in leaves]
             trajectory = self._pack(leaves)
             batch_size = 1
-        elif rank == field_spec.shape.rank + 1:
+        elif rank in (field_spec.shape.rank + 1, field_spec.shape.rank + 2):
             batch_size = int(np.shape(leaves[0])[0])
         else:
             raise ValueError(
@@ -150,6 +161,7 @@ class PyObserver:
                     path=path,
                     unbatched=field_spec.shape.rank,
                     batched=field_spec.shape.rank + 1,
+                    block=field_spec.shape.rank + 2,
                     received=rank,
                 )
             )
@@ -158,4 +170,7 @@ class PyObserver:
                 WRONG_WRITER_SIZE.format(observer="PyObserver", received=batch_size, expected=self._buffer.batch_size)
             )
         _check_batch_size("PyObserver", self._buffer, batch_size)
-        self._buffer.add_batch(trajectory)
+        if rank == field_spec.shape.rank + 2:  # a block of T steps per environment: one write
+            self._buffer.extend(trajectory)
+        else:
+            self._buffer.add_batch(trajectory)

@@ -893,7 +893,7 @@ def test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_own_segment
     one, two = load_gymnasium("CartPole-v1", seed=3), load_gymnasium("CartPole-v1", num_envs=2, seed=4)
     policy = random_py_policy.RandomPyPolicy(one.time_step_spec(), one.action_spec(), seed=3)
     policies = random_py_policy.RandomPyPolicy(two.time_step_spec(), two.action_spec(), seed=4, outer_dims=(2,))
-    buffer = RayReplayBuffer(policy.trajectory_spec, batch_size=3, max_length=100)
+    buffer = RayReplayBuffer(policy.trajectory_spec, batch_size=4, max_length=100)
     seen_one, seen_two = [], []
     with buffer.writer(1) as first, buffer.writer(2) as second:
         assert (first.segments, second.segments, first.batch_size, second.batch_size) == ([0], [1, 2], 1, 2)
@@ -907,10 +907,27 @@ def test_a_py_observer_adds_a_drivers_frames_through_a_writer_of_its_own_segment
             "environment): claim them with buffer.writer(env.batch_size)"
         )
         py_driver.PyDriver(two, policies, [observer, seen_two.append], max_steps=20).run(two.reset())
-    assert buffer.frames_per_segment() == [len(seen_one), len(seen_two), len(seen_two)] and len(seen_two) >= 10
+    # The first environment's frames again, as a block of steps ([1, T, ...]) to the segment written longest ago.
+    rollout = tf.nest.map_structure(lambda *steps: np.stack(steps)[None], *seen_one)
+    half = len(seen_one) // 2
+    with buffer.writer(1) as third:
+        assert third.segments == [3]
+        PyObserver(third)(tf.nest.map_structure(lambda leaf: leaf[:, :half], rollout))  # one extend
+        wrong = tf.nest.map_structure(lambda leaf: leaf[:, half:], rollout)
+        wrong = wrong._replace(reward=wrong.reward[:, 1:])
+        pending = third.pending
+        with pytest.raises(ValueError) as raised:
+            third.extend(wrong)
+        assert str(raised.value).startswith(f"reward: expected {len(seen_one) - half} frames along axis 1")
+        assert third.pending == pending  # nothing taken: the writer goes on
+        ids = third.extend(tf.nest.map_structure(lambda leaf: leaf[:, half:], rollout))
+        np.testing.assert_array_equal(ids, np.arange(half, len(seen_one))[None, :] * 4 + 3)
+    counts = [len(seen_one), len(seen_two), len(seen_two), len(seen_one)]
+    assert buffer.frames_per_segment() == counts and len(seen_two) >= 10
     expected = [
         tf.nest.map_structure(lambda *steps: np.stack(steps), *seen_one),
         *(tf.nest.map_structure(lambda *steps, e=e: np.stack(steps)[:, e], *seen_two) for e in range(2)),
+        tf.nest.map_structure(lambda *steps: np.stack(steps), *seen_one),
     ]
     for segment, frames in enumerate(expected):
         for stored, made in zip(tf.nest.flatten(buffer.gather_segment(segment)), tf.nest.flatten(frames)):

@@ -101,6 +101,32 @@ def test_py_observer_takes_batched_trajectories(kind):
     assert_same_frames(buffer.gather_all(), expected)
 
 
+def test_observers_add_a_block_of_steps_per_environment_in_one_extend(kind):
+    env = load_gymnasium("CartPole-v1", num_envs=2, seed=7)
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=7, outer_dims=(2,))
+    seen = []
+    py_driver.PyDriver(env, policy, [record(seen)], max_steps=24).run(env.reset())
+    rollout = tf.nest.map_structure(lambda *steps: np.stack(steps, axis=1), *seen)  # [2, T, ...]: a rollout
+    cut = tf.nest.map_structure(lambda leaf: leaf[:, :5], rollout)
+    py_buffer = buffer_for(kind, policy.trajectory_spec, batch_size=2)
+    tf_buffer = buffer_for(kind, policy.trajectory_spec, batch_size=2)
+    observe = tf.function(observers.TFObserver(tf_buffer))
+    observers.PyObserver(py_buffer)(cut)
+    observe(tf.nest.map_structure(tf.constant, cut))
+    wrong = cut._replace(reward=cut.reward[:, :4])  # one field one step short
+    for observer in (observers.PyObserver(py_buffer), observe):
+        with pytest.raises((ValueError, tf.errors.InvalidArgumentError)) as raised:
+            observer(wrong)
+        assert "reward: expected 5 frames along axis 1" in str(raised.value)
+    rest = tf.nest.map_structure(lambda leaf: leaf[:, 5:], rollout)
+    observers.PyObserver(py_buffer)(rest)  # the refusals changed nothing: the buffers go on
+    ids = observe(tf.nest.map_structure(tf.constant, rest))
+    np.testing.assert_array_equal(np.asarray(ids), np.arange(5, len(seen))[None, :] * 2 + np.arange(2)[:, None])
+    for buffer in (py_buffer, tf_buffer):
+        assert int(buffer.num_frames()) == 2 * len(seen)
+        assert_same_frames(buffer.gather_all(), rollout)
+
+
 def test_py_observer_errors():
     spec = {"x": tf.TensorSpec([2], tf.float32)}
     buffer = tfbuffers.PyUniformReplayBuffer(spec, batch_size=2, max_length=3)
@@ -108,8 +134,11 @@ def test_py_observer_errors():
         observers.PyObserver(buffer)({"x": np.zeros(2, np.float32)})
     assert str(raised.value).startswith("PyObserver: the driver's trajectories have batch size 1 but the buffer")
     with pytest.raises(ValueError) as raised:
-        observers.PyObserver(buffer)({"x": np.zeros([2, 2, 2], np.float32)})
-    assert str(raised.value) == "PyObserver: x: expected rank 1 (one environment) or 2 (batched), got 3"
+        observers.PyObserver(buffer)({"x": np.zeros([2, 2, 2, 2], np.float32)})
+    assert str(raised.value) == (
+        "PyObserver: x: expected rank 1 (one environment), 2 (batched) or 3 (a block of steps, [batch_size, T, ...]), "
+        "got 4"
+    )
     with pytest.raises(TypeError) as raised:
         observers.PyObserver(object())
     assert str(raised.value) == "PyObserver: expected a tfbuffers.ReplayBuffer or RayWriter, got object"

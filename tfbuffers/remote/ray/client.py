@@ -295,7 +295,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
     def _remote(self, method: str, *args: Any) -> Any:
         self._check_open()  # every call: a closed handle reaches no actor
         # A restarted actor takes every call again but the buffer's own add (it may have been stored already).
-        restarts = bool(self._config.get("max_restarts")) and method != "add"
+        restarts = bool(self._config.get("max_restarts")) and method not in ("add", "add_many")
         return call(self._actor, method, *args, restarts=restarts)
 
     @property
@@ -325,6 +325,18 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
 
     def _add_value(self, arrays: list[np.ndarray]) -> np.ndarray:
         return self._remote("add", list(range(self.batch_size)), arrays, self._timeout)
+
+    def _extend_value(self, arrays: list[np.ndarray], frames: int) -> np.ndarray:
+        """A block in one call (`RayHost.add_many`): written as one block per segment when the limiter lets it in.
+
+        A rate limiter that would hold some of its frames takes them one by one, each waiting up to `timeout`:
+        a `TimeoutError` then says how many of the `T` adds were stored, as `T` calls of `add_batch` would.
+        """
+        if frames == 0:
+            return np.zeros([self.batch_size, 0], np.int64)
+        batches = [[np.ascontiguousarray(leaf[:, t]) for leaf in arrays] for t in range(frames)]
+        ids = self._remote("add_many", list(range(self.batch_size)), batches, self._timeout)
+        return np.ascontiguousarray(np.asarray(ids).T)
 
     def _sample_arrays(
         self, sample_batch_size: int | None, num_steps: int | None

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tfbuffers import specs
+from tfbuffers import _blocks, specs
 from tfbuffers.execution import host
 from tfbuffers.remote.ray.cluster import call, cause_of, import_ray, wait_for_restart
 
@@ -299,6 +299,7 @@ class RayWriter:
         adds = np.asarray(claim[1], np.int64)
         self._claim = Claim(buffer.actor, buffer.name, list(claim[0]), adds, token, lease, restarts)
         self._max_pending = max_pending
+        self._block_check: _blocks.BlockCheck | None = None  # extend's, made at its first block
         HEARTBEAT.keep(self._claim)
         self._finalizer = weakref.finalize(self, self._claim.abandon)
 
@@ -345,6 +346,41 @@ class RayWriter:
         if self._wait(0):
             claim.send()
         return ids
+
+    def extend(self, items: Any) -> np.ndarray:
+        """Adds a block of `T` frames per segment, `[num_envs, T, ...]`: exactly `add_batch(items[:, t])` for each `t`.
+
+        One check of the block, one copy, and `T` adds pending at once (returning at once, as `add_batch`),
+        which the actor writes as one block per segment and field when its rate limiter lets them all in.
+        It waits as `add_batch` does when `max_pending` adds wait, then takes the whole block, so up to
+        `max_pending + T - 1` adds may wait. Returns the ids, `[num_envs, T]`.
+
+        Raises:
+          TypeError: If the structure differs from `data_spec` or a leaf is not array-like.
+          ValueError: Naming the field, if a leaf's number of frames differs from the first leaf's, or its
+            dtype, batch size or inner shape differs; or if the writer is closed. Nothing is taken then.
+          TimeoutError: If `max_pending` adds waited past the buffer's `timeout`: the block is not taken.
+        """
+        claim = self._claim
+        if not claim.open:
+            raise ValueError("RayWriter: the writer is closed")
+        buffer = self._buffer
+        if self._block_check is None:
+            self._block_check = _blocks.BlockCheck(buffer.data_spec, buffer.fields, (len(claim.segments),))
+        leaves, _, frames = self._block_check(items)
+        segments = np.asarray(claim.segments, np.int64)
+        if frames == 0:
+            return np.zeros([len(segments), 0], np.int64)
+        if len(claim.pending) >= self._max_pending and not self._wait(buffer.timeout):
+            raise TimeoutError(WAITED.format(name=claim.name, seconds=buffer.timeout, pending=self.pending))
+        # One copy, time-major: each add's arrays are contiguous views of it, which the caller cannot change.
+        block = [np.swapaxes(leaf, 0, 1).copy() for leaf in host.arrays(leaves)]
+        claim.pending.extend([leaf[t] for leaf in block] for t in range(frames))
+        numbers = claim.adds[:, None] + np.arange(frames, dtype=np.int64)[None]
+        claim.adds = claim.adds + frames
+        if self._wait(0):
+            claim.send()
+        return numbers * buffer.batch_size + segments[:, None]
 
     def _wait(self, timeout: float | None) -> bool:
         """Waits up to `timeout` for the call in flight (None: as long as it takes); whether none is in flight now.
