@@ -97,10 +97,10 @@ def test_saves_beside_a_writer_are_consistent_snapshots(tmp_path, kind):
 
     thread = threading.Thread(target=writer)
     thread.start()
+    loaded = make(kind, batch_size=2, max_length=4)  # each load replaces the last one's contents
     try:
         for i in range(20):
             path = files.save(buffer, tmp_path / f"{i}.safetensors")
-            loaded = make(kind, batch_size=2, max_length=4)
             files.load(path, loaded)
             codes = stress.check_whole(loaded.gather_all())
             # Each segment holds consecutive adds, newest last: no torn or stale rows.

@@ -448,10 +448,24 @@ def test_a_writers_returned_adds_are_stored_in_order_whatever_the_rate_limiter_h
     with pytest.raises(TimeoutError, match=rf"flush waited 0.5 s for {writer.pending} add\(s\) to be stored"):
         writer.flush()
     assert buffer.frames_per_segment() == [3, 0]
-    while writer.pending:  # the learner samples: the limiter lets the kept adds in
-        buffer.get_next(sample_batch_size=2)
-        with contextlib.suppress(TimeoutError):
-            writer.flush()
+    # A learner samples in a thread of its own: the limiter lets the kept adds in as it samples, and the writer's
+    # flushes (each waiting up to the timeout) return once all of them are stored.
+    learning = threading.Event()
+
+    def learner():
+        while not learning.is_set():
+            with contextlib.suppress(TimeoutError, tf.errors.InvalidArgumentError):
+                buffer.get_next(sample_batch_size=1)
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    try:
+        while writer.pending:
+            with contextlib.suppress(TimeoutError):
+                writer.flush()
+    finally:
+        learning.set()
+        thread.join()
     writer.close()
     assert np.asarray(buffer.gather_segment(0)["x"]).tolist() == list(range(accepted))  # every one, in order
     with pytest.raises(ValueError, match="RayWriter: the writer is closed"):

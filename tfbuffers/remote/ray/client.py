@@ -327,11 +327,7 @@ class RayReplayBuffer(RayHosting, RemoteReplayBuffer):
         return self._remote("add", list(range(self.batch_size)), arrays, self._timeout)
 
     def _extend_value(self, arrays: list[np.ndarray], frames: int) -> np.ndarray:
-        """A block in one call (`RayHost.add_many`): written as one block per segment when the limiter lets it in.
-
-        A rate limiter that would hold some of its frames takes them one by one, each waiting up to `timeout`:
-        a `TimeoutError` then says how many of the `T` adds were stored, as `T` calls of `add_batch` would.
-        """
+        """A block in one call (`RayHost.add_many`; a limiter that holds some: one by one, a timeout says how many)."""
         if frames == 0:
             return np.zeros([self.batch_size, 0], np.int64)
         batches = [[np.ascontiguousarray(leaf[:, t]) for leaf in arrays] for t in range(frames)]
