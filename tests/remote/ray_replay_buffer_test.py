@@ -460,7 +460,9 @@ def test_a_writers_returned_adds_are_stored_in_order_whatever_the_rate_limiter_h
     thread = threading.Thread(target=learner)
     thread.start()
     try:
+        deadline = time.monotonic() + 60.0  # a bound on correctness (a learner that died), not a speed limit
         while writer.pending:
+            assert time.monotonic() < deadline, f"{writer.pending} kept add(s) not stored 60 s into the sampling"
             with contextlib.suppress(TimeoutError):
                 writer.flush()
     finally:
